@@ -77,13 +77,15 @@ if HAVE_TRITON:  # pragma: no cover - GPU only
             cols = bj * BM + offs
             rmask = rows[:, None] < n
             cmask = cols[:, None] < n
+            roff = rows.to(tl.int64)[:, None] * stride_x  # n * k may exceed 2^31
+            coff = cols.to(tl.int64)[:, None] * stride_x
             if IS_INT:
                 acc = tl.zeros((BM, BM), dtype=tl.int32)
             else:
                 acc = tl.zeros((BM, BM), dtype=tl.float32)
             for kk in tl.static_range(0, K, BK):
-                a = tl.load(x_ptr + rows[:, None] * stride_x + (kk + offk)[None, :], mask=rmask, other=0)
-                b = tl.load(x_ptr + cols[:, None] * stride_x + (kk + offk)[None, :], mask=cmask, other=0)
+                a = tl.load(x_ptr + roff + (kk + offk)[None, :], mask=rmask, other=0)
+                b = tl.load(x_ptr + coff + (kk + offk)[None, :], mask=cmask, other=0)
                 if IS_INT:
                     acc = tl.dot(a, tl.trans(b), acc, out_dtype=tl.int32)
                 else:
