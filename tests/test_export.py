@@ -1,0 +1,300 @@
+"""Exports: save/load round trips, tamper detection, the non-materialised path, plain torch and
+TransformerLens 4.x (skipped when transformer_lens is not installed)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from fractions import Fraction
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from safetensors.numpy import load_file
+
+from exactformer.constructions.export import (
+    EXACT_FILE,
+    MANIFEST_FILE,
+    WEIGHTS_FILE,
+    ManifestError,
+    load,
+    save,
+    to_torch,
+    to_transformer_lens,
+)
+from exactformer.constructions.index_lookup import encode_arrays, index_lookup
+from exactformer.constructions.ir import MLP, Attention, Block, ExactTensor, check_shapes
+from exactformer.precision import Float64, parse_format
+from exactformer.verify.executor import run
+
+N, S = 16, 4
+
+
+@pytest.fixture(scope="module", params=["reed-solomon", "random"])
+def model(request):
+    return index_lookup(N, S, positions=request.param)
+
+
+def _inputs(model, B=64, seed=0):
+    rng = np.random.default_rng(seed)
+    syms = rng.integers(0, len(model.answers), (B, model.n))
+    p = rng.integers(1, model.n + 1, B)
+    return encode_arrays(model, syms, p), syms[np.arange(B), p - 1]
+
+
+def _same_weights(a, b):
+    ta, tb = a.tensors(), b.tensors()
+    assert ta.keys() == tb.keys()
+    for k in ta:
+        assert ta[k].shape == tb[k].shape, k
+        assert np.array_equal(ta[k].fractions(), tb[k].fractions()), k
+    for ea, eb in ((a.embed, b.embed), (a.pos_embed, b.pos_embed)):
+        assert (ea.n_rows, ea.d_model) == (eb.n_rows, eb.d_model)
+        rows = np.arange(ea.n_rows)
+        assert np.array_equal(ea.values(rows).fractions(), eb.values(rows).fractions())
+    assert [bl.attn.causal for bl in a.blocks] == [bl.attn.causal for bl in b.blocks]
+
+
+def test_round_trip_exact(model, tmp_path: Path):
+    out = save(model, tmp_path / "m")
+    assert out == tmp_path / "m"
+    for f in (WEIGHTS_FILE, EXACT_FILE, MANIFEST_FILE):
+        assert (out / f).is_file()
+    m2 = load(out)
+    _same_weights(model, m2)
+    assert m2.vocab == model.vocab and m2.answers == model.answers and m2.precision == model.precision
+    assert {k: p.value for k, p in m2.params.items()} == {k: p.value for k, p in model.params.items()}
+    assert isinstance(m2.params["mu"].value, Fraction)
+    # the code blocks are regenerated, and shared codes are shared again (certificates need it)
+    assert m2.embed.blocks and m2.embed.blocks[0].code is m2.pos_embed.blocks[0].code is m2.code
+    assert m2.code.k == model.code.k and m2.code.family == model.code.family
+    tokens, _ = _inputs(model)
+    for fmt in (parse_format(model.precision), Float64):
+        r1, r2 = run(model, tokens, fmt), run(m2, tokens, fmt)
+        assert np.array_equal(r1.logits, r2.logits) and r1.answers == r2.answers
+
+
+def test_safetensors_names_shapes_and_manifest(model, tmp_path: Path):
+    out = save(model, tmp_path / "m")
+    sd = load_file(str(out / WEIGHTS_FILE))
+    d, H, dh, dm, V = model.d_model, model.n_heads, model.d_head, model.d_mlp, len(model.answers)
+    expect = {
+        "embed.W_E": (model.d_vocab, d), "pos_embed.W_pos": (model.n_ctx, d),
+        "blocks.0.attn.W_Q": (H, d, dh), "blocks.0.attn.W_K": (H, d, dh), "blocks.0.attn.W_V": (H, d, dh),
+        "blocks.0.attn.W_O": (H, dh, d), "blocks.0.attn.b_Q": (H, dh), "blocks.0.attn.b_K": (H, dh),
+        "blocks.0.attn.b_V": (H, dh), "blocks.0.attn.b_O": (d,), "blocks.0.mlp.W_in": (d, dm),
+        "blocks.0.mlp.b_in": (dm,), "blocks.0.mlp.W_out": (dm, d), "blocks.0.mlp.b_out": (d,),
+        "unembed.W_U": (d, V), "unembed.b_U": (V,),
+    }
+    assert {k: tuple(v.shape) for k, v in sd.items()} == expect  # TL names only
+    assert all(v.dtype == np.float64 for v in sd.values())
+    # float64 values are the exact weights (index lookup's weights are dyadic)
+    for name, t in model.tensors().items():
+        assert np.array_equal(sd[name], t.to_float()), name
+    assert np.array_equal(sd["embed.W_E"], model.embed.values(np.arange(model.d_vocab)).to_float())
+    man = json.loads((out / MANIFEST_FILE).read_text())
+    assert man["vocab"] == model.vocab
+    assert man["vocab"][:S] == [f"s{s}" for s in range(S)] and man["vocab"][S] == "p1"
+    assert man["output_vocab"] == [str(s) for s in range(S)]
+    cfg = man["transformer_lens_config"]
+    assert cfg["attention_dir"] == "bidirectional" and cfg["use_attn_scale"] is False
+    assert cfg["act_fn"] == "relu" and cfg["normalization_type"] is None
+    assert cfg["positional_embedding_type"] == "standard"
+    assert (cfg["n_layers"], cfg["d_model"], cfg["d_head"], cfg["n_heads"], cfg["d_mlp"]) == (1, d, dh, H, dm)
+    assert (cfg["d_vocab"], cfg["d_vocab_out"], cfg["n_ctx"]) == (model.d_vocab, V, model.n_ctx)
+    assert man["construction"] == "index-lookup" and man["n"] == N and man["precision"] == model.precision
+    assert man["params"]["eta"]["formula"] and man["summary"]["d_model"] == d
+    assert man["task_params"]["alphabet"] == S
+    assert man["exactness"]["float64_exact"] is True
+    assert man["tensors"]["blocks.0.attn.W_Q"]["den"] == model.blocks[0].attn.W_Q.den
+    gen = man["codes"][0]["generator"]
+    assert gen["family"] == model.code.family and gen["k"] == model.code.k
+    assert man["embedding"]["embed"]["materialized"] and man["embedding"]["embed"]["mode"] == "generated"
+    exact = load_file(str(out / EXACT_FILE))
+    assert exact["blocks.0.attn.W_Q"].dtype == np.int64
+
+
+def test_tampered_weights_refused(model, tmp_path: Path):
+    for fname in (WEIGHTS_FILE, EXACT_FILE):
+        out = save(model, tmp_path / fname)
+        data = bytearray((out / fname).read_bytes())
+        data[-1] ^= 0x01
+        (out / fname).write_bytes(bytes(data))
+        with pytest.raises(ManifestError, match="sha256") as e:
+            load(out)
+        assert fname in str(e.value)
+    out = save(model, tmp_path / "gone")
+    (out / EXACT_FILE).unlink()
+    with pytest.raises(ManifestError, match=EXACT_FILE):
+        load(out)
+    with pytest.raises(ManifestError, match=MANIFEST_FILE):
+        load(tmp_path / "nothing-here")
+
+
+def test_edited_manifest_refused(model, tmp_path: Path):
+    out = save(model, tmp_path / "m", materialize_limit=0)
+    man = json.loads((out / MANIFEST_FILE).read_text())
+    man["embedding"]["embed"]["blocks"][0]["scale"] = "2/1"  # would silently change the rows
+    (out / MANIFEST_FILE).write_text(json.dumps(man))
+    with pytest.raises(ManifestError, match="manifest was edited"):
+        load(out)
+    (out / MANIFEST_FILE).write_text("{not json")
+    with pytest.raises(ManifestError, match=MANIFEST_FILE):
+        load(out)
+
+
+def test_not_materialised_round_trip(model, tmp_path: Path):
+    out = save(model, tmp_path / "m", materialize_limit=8)
+    sd = load_file(str(out / WEIGHTS_FILE))
+    assert "embed.W_E" not in sd and "pos_embed.W_pos" not in sd
+    man = json.loads((out / MANIFEST_FILE).read_text())
+    for prefix in ("embed", "pos_embed"):
+        lay = man["embedding"][prefix]
+        assert lay["materialized"] is False and lay["mode"] == "generated"
+    assert man["embedding"]["embed"]["blocks"][0]["count"] == N
+    m2 = load(out)
+    _same_weights(model, m2)
+    tokens, _ = _inputs(model, seed=1)
+    fmt = parse_format(model.precision)
+    assert np.array_equal(run(model, tokens, fmt).logits, run(m2, tokens, fmt).logits)
+
+
+def test_materialised_rows_checked(model, tmp_path: Path):
+    """A stored W_E that disagrees with the regenerated rows is refused (sha256 fixed up)."""
+    from safetensors.numpy import save_file
+
+    from exactformer.constructions.export import _sha256
+
+    out = save(model, tmp_path / "m")
+    sd = load_file(str(out / WEIGHTS_FILE))
+    blk = model.embed.blocks[0]
+    sd["embed.W_E"][blk.first_row, blk.col] *= -1  # flip one code sign of the first index token
+    save_file(sd, str(out / WEIGHTS_FILE), metadata={"format": "pt"})
+    man = json.loads((out / MANIFEST_FILE).read_text())
+    man["files"][WEIGHTS_FILE]["sha256"] = _sha256(out / WEIGHTS_FILE)
+    (out / MANIFEST_FILE).write_text(json.dumps(man))
+    with pytest.raises(ManifestError, match="W_E rows differ"):
+        load(out)
+
+
+def test_to_torch_matches_executor(model):
+    tokens, truth = _inputs(model, B=128, seed=2)
+    tm = to_torch(model)
+    logits = tm(torch.as_tensor(tokens))
+    assert logits.shape == (128, model.n + 1, len(model.answers)) and logits.dtype == torch.float64
+    last = logits[:, -1, :].detach().numpy()
+    rf = run(model, tokens, Float64)
+    assert np.allclose(last, rf.logits, rtol=0, atol=1e-9)
+    for fmt in (parse_format(model.precision), Float64):
+        r = run(model, tokens, fmt)
+        ok = [i for i, a in enumerate(r.answers) if a is not None]
+        assert ok and all(int(np.argmax(last[i])) == model.answers.index(r.answers[i]) for i in ok)
+    assert tm.decode(logits) == list(truth)
+    assert "blocks.0.attn.W_Q" in tm.state_dict()
+    t32 = to_torch(model, dtype=torch.float32)
+    assert t32(torch.as_tensor(tokens)).dtype == torch.float32
+    with pytest.raises(ValueError, match="token ids"):
+        tm(torch.full((1, 3), model.d_vocab))
+
+
+def _with_extra_layer(model, causal: bool):
+    """model + a second, exactly neutral layer with other head counts/widths (zero weights), every
+    layer causal or not: exercises padding to uniform TL shapes and causal masks."""
+    d = model.d_model
+    z = lambda *s: ExactTensor(np.zeros(s, np.int64))  # noqa: E731
+    attn = Attention(z(2, d, 3), z(2, d, 3), z(2, d, 3), z(2, 3, d), z(2, 3), z(2, 3), z(2, 3), z(d), causal=causal)
+    blocks = [Block(dataclasses.replace(b.attn, causal=causal), b.mlp) for b in model.blocks]
+    blocks.append(Block(attn, MLP(z(d, 5), z(5), z(5, d), z(d))))
+    m = dataclasses.replace(model, blocks=blocks)
+    m.code = model.code
+    check_shapes(m)
+    return m
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_padding_and_causal(model, tmp_path: Path, causal: bool):
+    m = _with_extra_layer(model, causal)
+    out = save(m, tmp_path / "m")
+    sd = load_file(str(out / WEIGHTS_FILE))
+    H, dh = m.n_heads, m.d_head
+    assert sd["blocks.0.attn.W_Q"].shape == (H, m.d_model, dh) == sd["blocks.1.attn.W_Q"].shape
+    assert sd["blocks.0.mlp.W_in"].shape[1] == m.d_mlp == sd["blocks.1.mlp.W_in"].shape[1]
+    man = json.loads((out / MANIFEST_FILE).read_text())
+    assert man["transformer_lens_config"]["attention_dir"] == ("causal" if causal else "bidirectional")
+    m2 = load(out)
+    _same_weights(m, m2)
+    assert m2.blocks[1].attn.n_heads == 2 and m2.blocks[1].mlp.d_mlp == 5
+    tokens, _ = _inputs(m, B=32, seed=3)
+    rf = run(m, tokens, Float64)
+    assert np.array_equal(rf.logits, run(m2, tokens, Float64).logits)
+    last = to_torch(m)(torch.as_tensor(tokens))[:, -1, :].detach().numpy()
+    assert np.allclose(last, rf.logits, rtol=0, atol=1e-9)
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_to_torch_cuda(model):
+    tokens, truth = _inputs(model, B=64, seed=4)
+    tm = to_torch(model).to("cuda")
+    logits = tm(torch.as_tensor(tokens, device="cuda"))
+    assert logits.device.type == "cuda"
+    assert np.allclose(logits[:, -1].cpu().numpy(), run(model, tokens, Float64).logits, rtol=0, atol=1e-9)
+
+
+# ------------------------------------------------------------------------------------------------
+# TransformerLens 4.x (optional extra [lens])
+# ------------------------------------------------------------------------------------------------
+
+
+def test_to_transformer_lens_missing_gives_hint(model, monkeypatch):
+    import builtins
+
+    real = builtins.__import__
+
+    def fake(name, *a, **k):
+        if name.startswith("transformer_lens"):
+            raise ImportError("No module named 'transformer_lens'")
+        return real(name, *a, **k)
+
+    monkeypatch.setattr(builtins, "__import__", fake)
+    with pytest.raises(ImportError, match=r"pip install 'exactformer\[lens\]'"):
+        to_transformer_lens(model)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_to_transformer_lens_matches_executor(model, causal: bool):
+    pytest.importorskip("transformer_lens", reason="transformer_lens not installed (extra [lens])")
+    m = _with_extra_layer(model, causal) if causal else model
+    bridge = to_transformer_lens(m)
+    tokens, truth = _inputs(m, B=64, seed=5)
+    with torch.no_grad():
+        logits = bridge(torch.as_tensor(tokens))
+    assert logits.shape == (64, m.n + 1, len(m.answers))
+    last = logits[:, -1, :].double().cpu().numpy()
+    rf = run(m, tokens, Float64)
+    scale = max(1.0, float(np.abs(rf.logits).max()))
+    assert np.allclose(last, rf.logits, rtol=0, atol=1e-5 * scale)  # float32 tolerance
+    r = run(m, tokens, parse_format(m.precision))
+    ok = [i for i, a in enumerate(r.answers) if a is not None]
+    assert ok and all(int(np.argmax(last[i])) == m.answers.index(r.answers[i]) for i in ok)
+    assert [m.answers[int(i)] for i in last.argmax(axis=1)] == list(truth)
+
+
+def test_non_dyadic_weights_recorded_exactly(model, tmp_path: Path):
+    """A weight float64 cannot hold (1/3) is stored rounded in model.safetensors, flagged in the
+    manifest with its exact "num/den" value, and reloaded exactly from the numerators."""
+    W_Q = model.blocks[0].attn.W_Q
+    m = model.replace_weight("blocks.0.attn.W_Q", ExactTensor(W_Q.num, W_Q.den * 3))
+    out = save(m, tmp_path / "m")
+    man = json.loads((out / MANIFEST_FILE).read_text())
+    entry = man["tensors"]["blocks.0.attn.W_Q"]
+    assert entry["float64_exact"] is False and entry["den"] == W_Q.den * 3
+    value = Fraction(int(W_Q.num.max()), W_Q.den * 3)
+    assert f"{value.numerator}/{value.denominator}" in entry["inexact_values"]
+    assert man["exactness"]["float64_exact"] is False
+    assert man["tensors"]["blocks.0.attn.W_K"]["float64_exact"] is True
+    sd = load_file(str(out / WEIGHTS_FILE))
+    assert sd["blocks.0.attn.W_Q"].max() == float(value)  # correctly rounded
+    m2 = load(out)
+    assert np.array_equal(m2.blocks[0].attn.W_Q.fractions(), m.blocks[0].attn.W_Q.fractions())
