@@ -83,13 +83,22 @@ if HAVE_TRITON:  # pragma: no cover - GPU only
                 acc = tl.zeros((BM, BM), dtype=tl.int32)
             else:
                 acc = tl.zeros((BM, BM), dtype=tl.float32)
-            for kk in tl.static_range(0, K, BK):
-                a = tl.load(x_ptr + roff + (kk + offk)[None, :], mask=rmask, other=0)
-                b = tl.load(x_ptr + coff + (kk + offk)[None, :], mask=cmask, other=0)
-                if IS_INT:
-                    acc = tl.dot(a, tl.trans(b), acc, out_dtype=tl.int32)
-                else:
-                    acc = tl.dot(a, tl.trans(b), acc, out_dtype=tl.float32)
+            if K <= 2 * BK:  # short K: unrolled (shared memory grows with the unrolled loads)
+                for kk in tl.static_range(0, K, BK):
+                    a = tl.load(x_ptr + roff + (kk + offk)[None, :], mask=rmask, other=0)
+                    b = tl.load(x_ptr + coff + (kk + offk)[None, :], mask=cmask, other=0)
+                    if IS_INT:
+                        acc = tl.dot(a, tl.trans(b), acc, out_dtype=tl.int32)
+                    else:
+                        acc = tl.dot(a, tl.trans(b), acc, out_dtype=tl.float32)
+            else:  # long K: a pipelined loop (num_stages buffers of BM x BK per operand)
+                for kk in range(0, K, BK):
+                    a = tl.load(x_ptr + roff + (kk + offk)[None, :], mask=rmask, other=0)
+                    b = tl.load(x_ptr + coff + (kk + offk)[None, :], mask=cmask, other=0)
+                    if IS_INT:
+                        acc = tl.dot(a, tl.trans(b), acc, out_dtype=tl.int32)
+                    else:
+                        acc = tl.dot(a, tl.trans(b), acc, out_dtype=tl.float32)
             val = tl.abs(acc.to(tl.int32))
             valid = (rows[:, None] < cols[None, :]) & (cols[None, :] < n)
             val = tl.where(valid, val, -1)
