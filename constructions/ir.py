@@ -1,0 +1,462 @@
+"""The model IR: a compiled transformer as exact data.
+
+A :class:`CompiledModel` has the semantics of a TransformerLens ``HookedTransformer`` without
+normalisation (``normalization_type=None``, ``use_attn_scale=False``, ``positional_embedding_type
+="standard"``, ``act_fn="relu"``)::
+
+    x_t      = W_E[token_t] + W_pos[t]                                   residual stream [T, d_model]
+    per block:
+      q, k, v = x W_Q[h] + b_Q[h], x W_K[h] + b_K[h], x W_V[h] + b_V[h]  [n_heads, T, d_head]
+      a       = softmax(q k^T)            (no 1/sqrt(d_head); causal mask if ``causal``)
+      x       = x + sum_h (a v) W_O[h] + b_O
+      x       = x + relu(x W_in + b_in) W_out + b_out
+    logits   = x W_U + b_U                                               [T, d_vocab_out]
+
+The paper's psi(M-Att(X)) without a residual connection is expressed by giving each output its own
+residual subspace (the builders do this).
+
+Every weight is an :class:`ExactTensor`: integer numerators over one positive integer denominator,
+so entries are exact rationals. Embeddings are :class:`Embedding` objects: a small dense table plus
+blocks generated on demand from a position code, so no ``n x d`` table is ever needed to run or
+verify a model.
+
+This module knows nothing about formats except through :mod:`exactformer.precision`: raw values
+for a format are produced by ``fmt.quantize`` and the quantisation is checked to be exact.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass, field
+from fractions import Fraction
+from typing import Any, Callable, Iterable, Sequence
+
+import numpy as np
+
+from exactformer.precision import Format
+
+
+class IRError(ValueError):
+    """A malformed model (shapes, ranges) or a weight the requested format cannot represent."""
+
+
+# --------------------------------------------------------------------------------------------
+# exact tensors
+# --------------------------------------------------------------------------------------------
+
+
+def _lcm(values: Iterable[int]) -> int:
+    out = 1
+    for v in values:
+        out = out * v // math.gcd(out, v)
+    return out
+
+
+@dataclass(frozen=True)
+class ExactTensor:
+    """An exact rational tensor ``num / den``.
+
+    ``num``: numpy int64 array (object dtype only if an entry exceeds int64), any shape.
+    ``den``: a positive int shared by every entry.
+    """
+
+    num: np.ndarray
+    den: int = 1
+
+    @staticmethod
+    def zeros(*shape: int) -> "ExactTensor":
+        return ExactTensor(np.zeros(shape, dtype=np.int64), 1)
+
+    @staticmethod
+    def from_values(values: Any) -> "ExactTensor":
+        """From ints, Fractions, sympy Rationals or an (object) array of them; never from floats."""
+        arr = np.asarray(values, dtype=object)
+        flat = [Fraction(v) if not isinstance(v, float) else _reject_float(v) for v in arr.reshape(-1)]
+        den = _lcm(f.denominator for f in flat) if flat else 1
+        nums = [f.numerator * (den // f.denominator) for f in flat]
+        big = any(abs(v) >= 2**62 for v in nums)
+        num = np.array(nums, dtype=object if big else np.int64).reshape(arr.shape)
+        return ExactTensor(num, den)
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return tuple(self.num.shape)
+
+    def fractions(self) -> np.ndarray:
+        """Object array of Fractions (slow; for small tensors, tests and exports)."""
+        out = np.empty(self.num.shape, dtype=object)
+        flat = out.reshape(-1)
+        for i, v in enumerate(self.num.reshape(-1)):
+            flat[i] = Fraction(int(v), self.den)
+        return out
+
+    def to_float(self) -> np.ndarray:
+        return self.num.astype(np.float64) / float(self.den)
+
+    def distinct_values(self) -> list[Fraction]:
+        return sorted({Fraction(int(v), self.den) for v in np.unique(self.num)})
+
+    def raw(self, fmt: Format) -> np.ndarray:
+        """Raw values of every entry under ``fmt`` (numpy), checked to be exact.
+
+        Raises :class:`IRError` naming an entry the format cannot represent. Quantising the
+        distinct values only keeps this fast for structured weights.
+        """
+        uniq, inv = np.unique(self.num, return_inverse=True)
+        vals = [Fraction(int(v), self.den) for v in uniq]
+        if fmt.is_exact:
+            bad = [v for v in vals if not fmt.represents(v)]
+            if bad:
+                raise IRError(
+                    f"weight value {bad[0]} is not exactly representable in format {fmt.name} "
+                    f"(step {fmt.step}, range [{fmt.to_fraction(fmt.min_raw)}, {fmt.to_fraction(fmt.max_raw)}])"
+                )
+        raw_uniq = np.asarray(fmt.quantize(np.array(vals, dtype=object)))
+        return raw_uniq[inv.reshape(-1)].reshape(self.num.shape)
+
+    def __getitem__(self, idx: Any) -> "ExactTensor":
+        return ExactTensor(self.num[idx], self.den)
+
+
+def _reject_float(v: float) -> Fraction:
+    raise IRError(f"weights must be exact rationals, got float {v!r}; pass a Fraction")
+
+
+def exact(values: Any) -> ExactTensor:
+    """Shorthand for :meth:`ExactTensor.from_values` (accepts an ExactTensor unchanged)."""
+    return values if isinstance(values, ExactTensor) else ExactTensor.from_values(values)
+
+
+# --------------------------------------------------------------------------------------------
+# embeddings generated on demand
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CodeBlock:
+    """Rows ``first_row .. first_row+count-1`` hold ``scale * numerators(code_start + r - first_row)``
+    in columns ``col .. col+code.k-1``. ``code`` is a position code (``numerators(indices) -> int8``:
+    +-1 signs for sign codes, 0/1 rows for one-hot).
+    """
+
+    code: Any
+    first_row: int
+    count: int
+    col: int
+    code_start: int
+    scale: Fraction
+
+    @property
+    def rows(self) -> range:
+        return range(self.first_row, self.first_row + self.count)
+
+    @property
+    def cols(self) -> range:
+        return range(self.col, self.col + self.code.k)
+
+
+@dataclass(frozen=True)
+class Embedding:
+    """A ``[n_rows, d_model]`` matrix held as a dense table for ``table_rows`` plus code blocks.
+
+    Rows covered by neither are zero. Code blocks must not overlap the table's nonzero entries.
+    """
+
+    n_rows: int
+    d_model: int
+    table: ExactTensor  # [len(table_rows), d_model]
+    table_first_row: int = 0
+    blocks: tuple[CodeBlock, ...] = ()
+
+    @property
+    def table_rows(self) -> range:
+        return range(self.table_first_row, self.table_first_row + self.table.shape[0])
+
+    def nonzero_columns(self) -> np.ndarray:
+        """Boolean [d_model]: columns where some row may be nonzero."""
+        cols = np.any(self.table.num != 0, axis=0) if self.table.shape[0] else np.zeros(self.d_model, bool)
+        cols = np.array(cols, dtype=bool)
+        for b in self.blocks:
+            cols[b.col : b.col + b.code.k] = True
+        return cols
+
+    def values(self, rows: np.ndarray) -> ExactTensor:
+        """Exact rows ``[len(rows), d_model]`` (used by exports and tests)."""
+        rows = np.asarray(rows, dtype=np.int64)
+        den = _lcm([self.table.den] + [b.scale.denominator for b in self.blocks])
+        out = np.zeros((rows.size, self.d_model), dtype=np.int64)
+        self._fill(rows, out, lambda t: t.num * (den // t.den), lambda b: b.scale.numerator * (den // b.scale.denominator))
+        return ExactTensor(out, den)
+
+    def raw(self, rows: np.ndarray, fmt: Format) -> np.ndarray:
+        """Raw rows ``[len(rows), d_model]`` under ``fmt`` (numpy int64, or float for float formats)."""
+        rows = np.asarray(rows, dtype=np.int64)
+        table_raw = self.table.raw(fmt)
+        dtype = table_raw.dtype if table_raw.size else (np.float64 if not fmt.is_exact else np.int64)
+        out = np.zeros((rows.size, self.d_model), dtype=dtype)
+        scales = {}
+        for b in self.blocks:
+            ExactTensor.from_values([b.scale]).raw(fmt)  # representability check with a clear error
+            scales[id(b)] = np.asarray(fmt.quantize(np.array([b.scale, -b.scale], dtype=object)))
+        self._fill(rows, out, lambda t: table_raw, None, scales)
+        return out
+
+    def _fill(self, rows, out, table_fn, scale_fn, raw_scales=None) -> None:
+        if np.any(rows < 0) or np.any(rows >= self.n_rows):
+            raise IRError(f"embedding row out of range [0, {self.n_rows})")
+        in_table = (rows >= self.table_first_row) & (rows < self.table_first_row + self.table.shape[0])
+        if np.any(in_table):
+            out[in_table] = table_fn(self.table)[rows[in_table] - self.table_first_row]
+        for b in self.blocks:
+            sel = (rows >= b.first_row) & (rows < b.first_row + b.count)
+            if not np.any(sel):
+                continue
+            nums = np.asarray(b.code.numerators(rows[sel] - b.first_row + b.code_start))
+            if raw_scales is None:
+                s = scale_fn(b)
+                out[np.ix_(sel, np.arange(b.col, b.col + b.code.k))] = nums.astype(np.int64) * s
+            else:
+                pos, neg = raw_scales[id(b)]
+                out[np.ix_(sel, np.arange(b.col, b.col + b.code.k))] = np.where(nums > 0, pos, np.where(nums < 0, neg, 0))
+
+
+# --------------------------------------------------------------------------------------------
+# blocks and the model
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Attention:
+    """Multi-head attention. Shapes: W_Q, W_K, W_V [n_heads, d_model, d_head]; W_O [n_heads,
+    d_head, d_model]; b_Q, b_K, b_V [n_heads, d_head]; b_O [d_model]."""
+
+    W_Q: ExactTensor
+    W_K: ExactTensor
+    W_V: ExactTensor
+    W_O: ExactTensor
+    b_Q: ExactTensor
+    b_K: ExactTensor
+    b_V: ExactTensor
+    b_O: ExactTensor
+    causal: bool = False
+
+    @property
+    def n_heads(self) -> int:
+        return self.W_Q.shape[0]
+
+    @property
+    def d_head(self) -> int:
+        return self.W_Q.shape[2]
+
+
+@dataclass(frozen=True)
+class MLP:
+    """ReLU MLP. Shapes: W_in [d_model, d_mlp], b_in [d_mlp], W_out [d_mlp, d_model], b_out [d_model]."""
+
+    W_in: ExactTensor
+    b_in: ExactTensor
+    W_out: ExactTensor
+    b_out: ExactTensor
+
+    @property
+    def d_mlp(self) -> int:
+        return self.W_in.shape[1]
+
+
+@dataclass(frozen=True)
+class Block:
+    attn: Attention
+    mlp: MLP
+
+
+@dataclass
+class Param:
+    """A derived constant with the formula that produced it (for reports and manifests)."""
+
+    value: Any
+    formula: str
+
+    def to_json(self) -> dict:
+        v = self.value
+        if isinstance(v, Fraction):
+            v = str(v) if v.denominator != 1 else v.numerator
+        return {"value": v, "formula": self.formula}
+
+
+@dataclass
+class CompiledModel:
+    """A compiled construction: exact weights, vocabularies and metadata.
+
+    ``vocab[i]`` names input token i; ``output_vocab[i]`` is ``str()`` of the answer logit i stands
+    for (``answers[i]`` is the answer itself). The model answers with the argmax of the logits at
+    the last position. ``task`` names the construction module whose ``encode`` maps a natural input
+    to token ids (see :func:`exactformer.constructions.registry.task`).
+    """
+
+    construction: str
+    theorem: str
+    n: int
+    embed: Embedding  # W_E [d_vocab, d_model]
+    pos_embed: Embedding  # W_pos [n_ctx, d_model]
+    blocks: list[Block]
+    W_U: ExactTensor  # [d_model, d_vocab_out]
+    b_U: ExactTensor  # [d_vocab_out]
+    vocab: list[str]
+    answers: list[Any]
+    params: dict[str, Param] = field(default_factory=dict)
+    precision: str | None = None  # format name the model was built for
+    task_params: dict[str, Any] = field(default_factory=dict)
+
+    # ---- shape facts -------------------------------------------------------------------
+    @property
+    def d_model(self) -> int:
+        return self.embed.d_model
+
+    @property
+    def n_ctx(self) -> int:
+        return self.pos_embed.n_rows
+
+    @property
+    def d_vocab(self) -> int:
+        return self.embed.n_rows
+
+    @property
+    def output_vocab(self) -> list[str]:
+        return [str(a) for a in self.answers]
+
+    @property
+    def n_layers(self) -> int:
+        return len(self.blocks)
+
+    @property
+    def n_heads(self) -> int:
+        return max(b.attn.n_heads for b in self.blocks)
+
+    @property
+    def d_head(self) -> int:
+        return max(b.attn.d_head for b in self.blocks)
+
+    @property
+    def d_mlp(self) -> int:
+        return max(b.mlp.d_mlp for b in self.blocks)
+
+    @property
+    def width(self) -> int:
+        """The paper's width max(m, d): m = d_head (projection rows), d = d_model."""
+        return max(self.d_model, self.d_head)
+
+    # ---- task interface ------------------------------------------------------------------
+    def encode(self, example: Any) -> np.ndarray:
+        """Token ids [T] of one natural input (see the construction's module)."""
+        from exactformer.constructions.registry import task
+
+        return task(self.construction).encode(self, example)
+
+    def encode_batch(self, examples: Sequence[Any]) -> np.ndarray:
+        """Token ids [B, T]."""
+        from exactformer.constructions.registry import task
+
+        return task(self.construction).encode_batch(self, examples)
+
+    def decode(self, logits: np.ndarray) -> Any:
+        """The answer for one row of last-position logits [d_vocab_out] (argmax; ties -> lowest)."""
+        return self.answers[int(np.argmax(np.asarray(logits)))]
+
+    # ---- size accounting -----------------------------------------------------------------
+    def tensors(self) -> dict[str, ExactTensor]:
+        """The non-embedding weights by TransformerLens state-dict name."""
+        out: dict[str, ExactTensor] = {}
+        for l, b in enumerate(self.blocks):
+            a, m = b.attn, b.mlp
+            for name in ("W_Q", "W_K", "W_V", "W_O", "b_Q", "b_K", "b_V", "b_O"):
+                out[f"blocks.{l}.attn.{name}"] = getattr(a, name)
+            for name in ("W_in", "b_in", "W_out", "b_out"):
+                out[f"blocks.{l}.mlp.{name}"] = getattr(m, name)
+        out["unembed.W_U"] = self.W_U
+        out["unembed.b_U"] = self.b_U
+        return out
+
+    def parameter_count(self, materialized: bool = False) -> int:
+        """Stored numbers: every non-embedding weight plus the dense embedding table rows.
+
+        Rows generated on demand from a position code are not stored (App. B.3 generates them in
+        log space from the code's few parameters), so they are counted only with
+        ``materialized=True``, which counts both embeddings at their full ``n x d_model`` size.
+        """
+        n = sum(int(np.prod(t.shape)) for t in self.tensors().values())
+        if materialized:
+            return n + (self.embed.n_rows + self.pos_embed.n_rows) * self.d_model
+        return n + int(np.prod(self.embed.table.shape)) + int(np.prod(self.pos_embed.table.shape))
+
+    def size_bits(self, precision_bits: int, materialized: bool = False) -> int:
+        """Representation size in bits (Section 2): every stored number at ``precision_bits`` bits."""
+        return self.parameter_count(materialized) * precision_bits
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "construction": self.construction,
+            "theorem": self.theorem,
+            "n": self.n,
+            "layers": self.n_layers,
+            "heads": self.n_heads,
+            "d_model": self.d_model,
+            "d_head": self.d_head,
+            "d_mlp": self.d_mlp,
+            "width": self.width,
+            "n_ctx": self.n_ctx,
+            "d_vocab": self.d_vocab,
+            "d_vocab_out": len(self.answers),
+            "parameters": self.parameter_count(),
+            "parameters_materialized": self.parameter_count(materialized=True),
+            "precision": self.precision,
+            "params": {k: p.to_json() for k, p in self.params.items()},
+        }
+
+    def replace_weight(self, name: str, value: ExactTensor) -> "CompiledModel":
+        """A copy with one weight replaced (by state-dict name); used for mutants and loading."""
+        import copy
+
+        new = copy.copy(self)
+        new.blocks = list(self.blocks)
+        if name.startswith("blocks."):
+            _, l, kind, w = name.split(".")
+            blk = new.blocks[int(l)]
+            part = getattr(blk, kind)
+            if getattr(part, w).shape != value.shape:
+                raise IRError(f"{name}: shape {value.shape} != {getattr(part, w).shape}")
+            new.blocks[int(l)] = dataclasses.replace(blk, **{kind: dataclasses.replace(part, **{w: value})})
+        elif name in ("unembed.W_U", "unembed.b_U"):
+            setattr(new, name.split(".")[1], value)
+        else:
+            raise IRError(f"unknown weight name {name!r}")
+        return new
+
+    def weights_raw(self, fmt: Format) -> dict[str, np.ndarray]:
+        """Every non-embedding weight as raw values of ``fmt`` (checked exact)."""
+        return {k: t.raw(fmt) for k, t in self.tensors().items()}
+
+
+def check_shapes(model: CompiledModel) -> None:
+    """Raise IRError if shapes are inconsistent."""
+    d = model.d_model
+    if model.pos_embed.d_model != d:
+        raise IRError("pos_embed.d_model != embed.d_model")
+    for l, b in enumerate(model.blocks):
+        a = b.attn
+        h, dm, dh = a.W_Q.shape
+        for name, shape in (("W_K", (h, d, dh)), ("W_V", (h, d, dh)), ("W_O", (h, dh, d)), ("b_Q", (h, dh)),
+                            ("b_K", (h, dh)), ("b_V", (h, dh)), ("b_O", (d,))):
+            if getattr(a, name).shape != shape:
+                raise IRError(f"blocks.{l}.attn.{name} has shape {getattr(a, name).shape}, expected {shape}")
+        if dm != d:
+            raise IRError(f"blocks.{l}.attn.W_Q has d_model {dm}, expected {d}")
+        m = b.mlp
+        dmlp = m.W_in.shape[1]
+        for name, shape in (("W_in", (d, dmlp)), ("b_in", (dmlp,)), ("W_out", (dmlp, d)), ("b_out", (d,))):
+            if getattr(m, name).shape != shape:
+                raise IRError(f"blocks.{l}.mlp.{name} has shape {getattr(m, name).shape}, expected {shape}")
+    if model.W_U.shape != (d, len(model.answers)):
+        raise IRError(f"unembed.W_U has shape {model.W_U.shape}, expected {(d, len(model.answers))}")
+    if len(model.vocab) != model.d_vocab:
+        raise IRError(f"vocab has {len(model.vocab)} names for {model.d_vocab} tokens")

@@ -1,0 +1,75 @@
+"""All-inputs certificates by construction, and the smallest-precision search built on them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+from exactformer.constructions.ir import CompiledModel, IRError
+from exactformer.precision import FixedPoint, Format
+from exactformer.verify.certify_index_lookup import CertificateResult, certify_index_lookup
+
+CERTIFIERS: dict[str, Callable[..., CertificateResult]] = {
+    "index-lookup": certify_index_lookup,
+}
+
+
+def certify(model: CompiledModel, fmt: Format, device: str = "cpu") -> CertificateResult:
+    """Prove ``model`` correct on every input under ``fmt``, or return why not (with a
+    counterexample whenever the failing bound is attained by a real input)."""
+    from exactformer.verify.verifier import counterexample_runner
+
+    fn = CERTIFIERS.get(model.construction)
+    if fn is None:
+        return CertificateResult(False, False, f"no certificate for construction {model.construction!r}", None, 0)
+    runner = counterexample_runner(device)
+    return fn(model, fmt, device=device, run_fn=lambda m, *arrays: runner(m, *arrays, fmt=fmt))
+
+
+@dataclass
+class MinPrecision:
+    """The smallest precision from which every larger one (up to ``checked_up_to``) certifies.
+
+    Passing is not monotone in the number of bits at very low precision, so this is the smallest
+    f such that every f' in [f, checked_up_to] passes; ``passing`` lists every f that passed.
+    """
+
+    kind: str  # "binary" (frac bits) or "paper" (kc)
+    value: int | None
+    fmt_name: str | None
+    passing: list[int]
+    checked_up_to: int
+
+
+def find_min_precision(
+    build: Callable[[Format], CompiledModel],
+    kind: str = "binary",
+    n: int | None = None,
+    int_bits: int = 6,
+    max_value: int | None = None,
+    device: str = "cpu",
+) -> MinPrecision:
+    """Scan precisions upward, building the model for each (the builder derives its constants for
+    the format) and certifying it. ``kind="binary"`` varies frac bits 1..max_value (default 24)
+    at ``int_bits``; ``kind="paper"`` varies kc 1..max_value (default 4) of the grid for ``n``."""
+    if kind not in ("binary", "paper"):
+        raise ValueError(f"kind must be 'binary' or 'paper', got {kind!r}")
+    top = max_value or (24 if kind == "binary" else 4)
+    results: dict[int, bool] = {}
+    names: dict[int, str] = {}
+    for v in range(1, top + 1):
+        fmt = FixedPoint.binary(int_bits=int_bits, frac_bits=v) if kind == "binary" else FixedPoint.paper(n, v)
+        names[v] = fmt.name
+        try:
+            model = build(fmt)
+        except (ValueError, IRError):
+            results[v] = False
+            continue
+        results[v] = certify(model, fmt, device=device).passed
+    best = None
+    for v in range(top, 0, -1):
+        if not results[v]:
+            break
+        best = v
+    return MinPrecision(kind, best, names.get(best) if best else None,
+                        [v for v, ok in results.items() if ok], top)
