@@ -165,6 +165,10 @@ def all_on_grid(X, S: int, xp, obj: bool) -> bool:
     return not xp.any((X % S) != 0)
 
 
+#: testing hook: force "indicator" or "elementwise" for the general rounded-products path
+FORCE_PATH: str | None = None
+
+
 def _distinct_nonzero(X, xp):
     u = xp.unique(X)
     return u[u != 0]
@@ -202,39 +206,63 @@ def count_underflows(A, B, S: int, nearest: bool, xp, vals, use_a: bool) -> int:
     return total
 
 
-def matmul_indicator(A, B, S: int, xp, ab: int, bb: int):
-    """Floor-rounded-products matmul via residues and value indicators, or None if the residues of
-    both operands take too many distinct values. Returns (C, underflows)."""
-    a_h, a_l = residues(A, S, xp, False)
-    b_h, b_l = residues(B, S, xp, False)
-    va = _distinct_nonzero(a_l, xp)
-    vb = _distinct_nonzero(b_l, xp)
-    ua, ub = int(va.shape[0]), int(vb.shape[0])
-    if min(ua, ub) > INDICATOR_MAX:
+def _scaled_floor_matmul(X, v: int, S: int, ind, xbound: int, x_left: bool, xp):
+    """Exact floor(X v / S) @ ind (x_left) or ind @ floor(X v / S), ind a 0/1 matrix."""
+    k = X.shape[-1] if x_left else X.shape[-2]
+    if _wide.is_pow2(S) and xbound * v < F53 and k * xbound <= F53:
+        # X v < 2^53 is exact in float64 and v/S is a power-of-two scaling of it: the floor is exact,
+        # and k * max|floor(X v/S)| <= k * xbound <= 2^53 keeps the BLAS product exact.
+        G = xp.floor(xp.f64(X) * (v / S))
+        I = xp.f64(ind)
+        return xp.i64(xp.matmul(G, I) if x_left else xp.matmul(I, G))
+    G = _wide.muldiv(X, v, S, False, xp, xbound, v, S)  # |.| <= xbound
+    return imatmul(G, ind, xbound, 1, xp) if x_left else imatmul(ind, G, 1, xbound, xp)
+
+
+def matmul_indicator(A, B, S: int, xp, ab: int, bb: int, res_a, res_b, small_first_b: bool, force: bool = False):
+    """Floor-rounded-products matmul via value indicators of one operand's residues, or None when
+    the elementwise path is expected to be cheaper. Returns (C, underflows).
+
+    With b = b_h S + b_l (0 <= b_l < S): floor(a b / S) = a b_h + floor(a b_l / S), and summed over k
+    the last term is sum_v floor(A v / S) @ [b_l == v] over the distinct nonzero residues v of B:
+    1 + u exact integer matmuls (symmetrically for A). ``res_a``/``res_b``: (X div S, X mod S)."""
+    size_a = int(np.prod(A.shape))
+    size_b = int(np.prod(B.shape))
+    batch = _bcast_batch(A, B)
+    P = max(1, math.prod(batch)) * A.shape[-2] * A.shape[-1] * B.shape[-1]
+    cost_elem = 25.0 * P
+
+    def cost(u):
+        return u * 12.0 * (size_a + size_b) + (u + 1) * 0.25 * P
+
+    order = ("b", "a") if small_first_b else ("a", "b")
+    choice = None
+    for side in order:
+        r = (res_b if side == "b" else res_a)[1]
+        vals = _distinct_nonzero(r, xp)
+        u = int(vals.shape[0])
+        if force or (u <= INDICATOR_MAX and cost(u) < cost_elem):
+            choice = (side, vals)
+            break
+    if choice is None:
         return None
-    # small values (0 < |v| < S) for the underflow count, from the same operand
-    use_a = ua <= ub
-    src = A if use_a else B
-    small = _distinct_nonzero(xp.where((src > -S) & (src < S), src, 0), xp)
-    if int(small.shape[0]) > 2 * INDICATOR_MAX:  # pragma: no cover - bounded by 2*#residues
-        return None
-    ahb = ab // S + 1
-    bhb = bb // S + 1
-    C = imatmul(a_h, B, ahb, bb, xp)
-    C = add_exact(C, imatmul(a_l, b_h, S - 1, bhb, xp), xp)
-    if use_a:
-        for v in (va.tolist() if xp.torch else va):
-            v = int(v)
-            F = _wide.muldiv(b_l, v, S, False, xp, S - 1, v, S)  # floor(v b_l / S) in [0, v)
-            ind = xp.i64(a_l == v)
-            C = add_exact(C, imatmul(ind, F, 1, v, xp), xp)
+    side, vals = choice
+    vals = vals.tolist()
+    if side == "a":
+        a_h, a_l = res_a
+        C = imatmul(a_h, B, ab // S + 1, bb, xp)
+        for v in vals:
+            C = add_exact(C, _scaled_floor_matmul(B, int(v), S, a_l == int(v), bb, False, xp), xp)
+        src = A
     else:
-        for v in (vb.tolist() if xp.torch else vb):
-            v = int(v)
-            G = _wide.muldiv(a_l, v, S, False, xp, S - 1, v, S)
-            ind = xp.i64(b_l == v)
-            C = add_exact(C, imatmul(G, ind, v, 1, xp), xp)
-    und = count_underflows(A, B, S, False, xp, small.tolist() if xp.torch else small, use_a)
+        b_h, b_l = res_b
+        C = imatmul(A, b_h, ab, bb // S + 1, xp)
+        for v in vals:
+            C = add_exact(C, _scaled_floor_matmul(A, int(v), S, b_l == int(v), ab, True, xp), xp)
+        src = B
+    # values with 0 < |v| < S of the same operand (at most 2u of them) for the underflow count
+    small = _distinct_nonzero(xp.where((src > -S) & (src < S), src, 0), xp)
+    und = count_underflows(A, B, S, False, xp, small.tolist(), side == "a")
     return C, und
 
 

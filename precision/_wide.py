@@ -56,6 +56,15 @@ def _round_up(q, r, d, xp):
     return xp.where(up, q + 1, q)
 
 
+def _sub_mask(q, m, xp, by=1):
+    """q - by*m for a boolean mask m (in place on numpy)."""
+    if xp.torch:
+        return q - m.to(q.dtype) * by
+    if isinstance(by, int) and by == 1:
+        return np.subtract(q, m, out=q, casting="unsafe")
+    return q - m * by
+
+
 def div_exact_int(p, d, nearest: bool, xp, pbound: int, dmax: int, obj: bool = False):
     """round(p/d) for exact integers p (|p| <= pbound < 2^63 or object) and d > 0 (scalar or array)."""
     if obj:
@@ -66,12 +75,16 @@ def div_exact_int(p, d, nearest: bool, xp, pbound: int, dmax: int, obj: bool = F
         q = p >> f
         r = p & (d - 1)
     elif pbound < F53 and dmax <= F53:
+        # fl(p/d) is monotone in p/d and integers below 2^53 are floats, so floor(fl(p/d)) is the
+        # floor q or q + 1; one exact comparison q*d > p (|q*d| <= |p| + d < 2^54) decides.
         df = float(d) if isinstance(d, int) else xp.f64(d)
-        q = xp.i64(xp.floor(xp.f64(p) / df))  # in {floor, floor+1}: fl is monotone, integers < 2^53 exact
-        qd = q * d  # |qd| <= |p| + d < 2^54
+        q = xp.i64(xp.floor(xp.f64(p) / df))
+        qd = q * d
         over = qd > p
-        q = xp.where(over, q - 1, q)
-        r = p - xp.where(over, qd - d, qd)
+        if not nearest:
+            return _sub_mask(q, over, xp)
+        q = _sub_mask(q, over, xp)
+        r = p - _sub_mask(qd, over, xp, d)
     else:
         q = p // d
         r = p - q * d

@@ -131,6 +131,8 @@ class TorchXP:
         self.device = device
 
     def f64(self, x):
+        if isinstance(x, (int, float)):
+            return float(x)
         return x.to(self.t.float64)
 
     def i64(self, x):

@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import decimal
 import math
+import os
 import numbers
 import re
+from concurrent.futures import ThreadPoolExecutor
 from fractions import Fraction
 from typing import Any
 
@@ -25,7 +27,9 @@ from .errors import FormatMismatchError, PrecisionError, RawTypeError
 ROUNDINGS = ("floor", "nearest-even")
 ACCUMULATE = ("rounded-products", "exact")
 INT64_LIMIT = 1 << 60  # int64 mode: every raw value has |raw| <= 2^60
-SOFTMAX_CHUNK = 1 << 18  # elements per chunk in the numpy softmax pipeline
+SOFTMAX_CHUNK = 1 << 17  # elements per chunk in the numpy softmax pipeline
+EXP_TABLE_MAX = 1 << 21  # largest exact exp table (entries) kept per format
+THREADS = max(1, min(8, os.cpu_count() or 1))  # numpy softmax worker threads
 
 
 class Counts:
@@ -635,7 +639,41 @@ class FixedPoint(Format):
     def _exp_raw(self, xp, x):
         if self._obj:
             return _exp.exp_object(np.asarray(x, dtype=object), self.scale, self.max_raw, self.nearest)
+        tab = self._exp_table(xp)
+        if tab is not None:
+            x_lo, table, W = tab
+            if xp.torch:
+                return table[xp.clip(x - x_lo, 0, W - 1)]
+            return np.take(table, x - x_lo, mode="clip")
         return _exp.exp_int64(x, self.scale, self.max_raw, self.nearest, xp)
+
+    def _exp_table(self, xp):
+        """(x_lo, table, W): exact rounded exp of every raw x in [x_lo, x_lo + W), with results 0 for
+        all x below the window and saturated (max_raw + 1) above it (exp is monotone and both ends
+        are verified), or None when the window would exceed EXP_TABLE_MAX entries."""
+        cache = self.__dict__.setdefault("_exp_tables", {})
+        key = "numpy" if not xp.torch else str(xp.device)
+        if key in cache:
+            return cache[key]
+        if "numpy" not in cache:
+            S, M = self.scale, self.max_raw
+            lnS = math.log(S)
+            x_lo = max(self.min_raw, math.floor(-S * (lnS + 2.0)))
+            x_hi = min(M, math.ceil(S * (math.log(M + 1) - lnS + 1.0)))
+            W = x_hi - x_lo + 1
+            res = None
+            if W <= EXP_TABLE_MAX:
+                table = _exp.exp_int64(np.arange(x_lo, x_hi + 1, dtype=np.int64), S, M, self.nearest, NP)
+                ok_lo = x_lo == self.min_raw or int(table[0]) == 0
+                ok_hi = x_hi == M or int(table[-1]) == M + 1
+                if ok_lo and ok_hi:
+                    res = (x_lo, table, W)
+            cache["numpy"] = res
+        res = cache["numpy"]
+        if xp.torch and res is not None:
+            res = (res[0], xp.from_numpy(res[1]), res[2])
+        cache[key] = res
+        return res
 
     # ---- reductions ------------------------------------------------------------------------------
     def sum(self, a, axis=-1):
@@ -700,21 +738,27 @@ class FixedPoint(Format):
                 und = xp.count((q == 0) & (P != 0))
             r, sat = self._sat(xp, q)
             return r, sat, und
-        # rounded products: fast path when one operand is on the integer grid (multiples of S)
-        if _matmul.all_on_grid(A, S, xp, obj):
-            Ah, _ = _matmul.residues(A, S, xp, obj)
-            C = _matmul.imatmul(Ah, B, ab // S, bb, xp, obj_in=obj)
-            r, sat = self._sat(xp, C)
-            return r, sat, 0
-        if _matmul.all_on_grid(B, S, xp, obj):
-            Bh, _ = _matmul.residues(B, S, xp, obj)
-            C = _matmul.imatmul(A, Bh, ab, bb // S, xp, obj_in=obj)
-            r, sat = self._sat(xp, C)
-            return r, sat, 0
-        if not self.nearest and not obj:
-            res = _matmul.matmul_indicator(A, B, S, xp, ab, bb)
-            if res is not None:
-                C, und = res
+        # rounded products: fast path when one operand is on the integer grid (multiples of S),
+        # checked on the smaller operand first
+        small_first_b = int(np.prod(B.shape)) <= int(np.prod(A.shape))
+        res = {}
+        for side in (("b", "a") if small_first_b else ("a", "b")):
+            X = B if side == "b" else A
+            h, l = _matmul.residues(X, S, xp, obj)
+            if not (bool(np.any(l != 0)) if obj else xp.any(l != 0)):
+                if side == "a":
+                    C = _matmul.imatmul(h, B, ab // S, bb, xp, obj_in=obj)
+                else:
+                    C = _matmul.imatmul(A, h, ab, bb // S, xp, obj_in=obj)
+                r, sat = self._sat(xp, C)
+                return r, sat, 0
+            res[side] = (h, l)
+        force = _matmul.FORCE_PATH
+        if not self.nearest and not obj and force != "elementwise":
+            out = _matmul.matmul_indicator(A, B, S, xp, ab, bb, res["a"], res["b"], small_first_b,
+                                           force=force == "indicator")
+            if out is not None:
+                C, und = out
                 r, sat = self._sat(xp, C)
                 return r, sat, und
         C, und = _matmul.matmul_elementwise(A, B, S, self.nearest, xp, ab, bb, obj)
@@ -771,12 +815,21 @@ class FixedPoint(Format):
             out = xp.empty((R, T))
             sat = und = 0
             need_dclip = self._softmax_needs_dclip(xp, A)
-            for r0 in range(0, R, rows):
+            starts = list(range(0, R, rows))
+
+            def work(r0):
                 r1 = min(R, r0 + rows)
                 q, s, u = self._softmax_rows(xp, X2[r0:r1], need_dclip, e_max)
                 out[r0:r1] = q
-                sat += s
-                und += u
+                return s, u
+
+            if xp.torch or THREADS == 1 or len(starts) < 4:
+                results = [work(r0) for r0 in starts]
+            else:
+                with ThreadPoolExecutor(THREADS) as ex:
+                    results = list(ex.map(work, starts))
+            sat = sum(r[0] for r in results)
+            und = sum(r[1] for r in results)
         out = xp.reshape(out, shape)
         return xp.moveaxis(out, -1, axis), sat, und
 
@@ -788,18 +841,33 @@ class FixedPoint(Format):
         S, hi = self.scale, self.max_raw
         sat = und = 0
         m = xp.amax(x, -1, keepdims=True)
-        d = x - m
-        if need_dclip:
-            s = xp.count(d < self.min_raw)
-            if s:
+        tab = self._exp_table(xp)
+        if tab is not None and not need_dclip:
+            # e = table[d - x_lo] with d = x - m <= 0; entries below the window are 0
+            x_lo, table, W = tab
+            idx = x - (m + x_lo)
+            if xp.torch:
+                e = table[xp.maximum(idx, 0)]
+            else:
+                e = np.take(table, idx, mode="clip")
+            if S > hi:
+                s = xp.count(e > hi)
                 sat += s
-                d = xp.maximum(d, self.min_raw)
-        e = _exp.exp_int64(d, S, hi, self.nearest, xp)
-        if S > hi:  # exp(0) = 1 is not representable: saturated
-            s = xp.count(e > hi)
-            sat += s
-            e = xp.minimum(e, hi)
-        und += xp.count(e == 0)
+                e = xp.minimum(e, hi)
+        else:
+            d = x - m
+            if need_dclip:
+                s = xp.count(d < self.min_raw)
+                if s:
+                    sat += s
+                    d = xp.maximum(d, self.min_raw)
+            e = _exp.exp_int64(d, S, hi, self.nearest, xp, nonpositive=True)
+            if S > hi:  # exp(0) = 1 is not representable: saturated
+                s = xp.count(e > hi)
+                sat += s
+                e = xp.minimum(e, hi)
+        e_zero = xp.count(e == 0)
+        und += e_zero
         T = x.shape[-1]
         Z = xp.sum(e, axis=-1, keepdims=True)
         if T * e_max > hi:
@@ -808,7 +876,7 @@ class FixedPoint(Format):
                 sat += s
                 Z = xp.minimum(Z, hi)
         q = _wide.muldiv(e, S, Z, self.nearest, xp, e_max, S, hi)
-        und += xp.count((q == 0) & (e != 0))
+        und += xp.count(q == 0) - e_zero  # e == 0 implies q == 0
         if S > hi:
             s = xp.count(q > hi)
             sat += s
