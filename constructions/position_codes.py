@@ -66,6 +66,10 @@ FAMILIES = ("auto", "reed-solomon", "random", "onehot")
 N_MAX = {"reed-solomon": 1 << 40, "random": 1 << 20, "onehot": K_EXACT_MAX}
 RANDOM_K_STEP = 8  # the random family's k is searched over multiples of 8
 RANDOM_SUBSET = 512  # positions used for the exact lower bound of the random search
+#: first probe k_lo * (ln n / ln 512)^1.4, then x1.15 per failed probe (fitted to searches at
+#: N = 2^10..2^20 on an H200; the heuristic only orders the probes, it decides nothing)
+GUESS_EXPONENT = 1.4
+GROWTH = 1.15
 #: work auto may spend certifying random candidates, in pair-columns (pairs x k) per device:
 #: 2^39 is ~5 s on 2 CPU cores (bench: 2^31 pairs x 256 in ~6 s), 2^46 is ~2 s on an H200.
 AUTO_BUDGET = {"cpu": 1 << 39, "cuda": 1 << 46}
@@ -609,9 +613,10 @@ def search_random(
        up to the cap (prefix property: width-k vectors are prefixes), give k_lo, the least k at
        which even that subset passes; any k that passes for all n positions passes for the subset.
        If n <= 512 this is already the exact answer.
-    2. Otherwise probe k = guess (k_lo * ln n / ln n0 * 1.2, rounded up to 8), then the cap, then
-       bisect between the largest failing and the smallest passing k until they are 8 apart. Each
-       probe is an exact all-pairs certification (a failing one stops at the first violating tile).
+    2. Otherwise probe k = guess (k_lo * (ln n / ln n0)^1.4, rounded up to 8), then grow k by 15%
+       per failed probe (up to the cap, then the next cap) until one passes, then bisect between
+       the largest failing and the smallest passing k until they are 8 apart. Each probe is an
+       exact all-pairs certification (on CPU a failing one stops at the first violating tile).
     The result k passes and k - 8 fails (a local minimum on the grid: for one seed pass/fail is not
     monotone in k). Caps: [k_max] if given, else [paper_k, 2 paper_k] (rounded up to 8). ``budget``
     bounds the pair-columns (pairs x k) spent on probes; when it runs out the best passing k so far
@@ -664,10 +669,10 @@ def search_random(
             return None, log
     else:
         lo, hi = k_lo - step, None
-        guess = min(cap, max(k_lo, _round_up(1.2 * k_lo * math.log(n) / math.log(n0), step)))
-        for k in dict.fromkeys([guess] + [c for c in caps if c >= guess]):
-            if k > K_EXACT_MAX:
-                break
+        ci = caps.index(cap)
+        ratio = math.log(n) / math.log(n0)
+        k = min(cap, max(k_lo, _round_up(k_lo * ratio**GUESS_EXPONENT, step)))
+        while k <= K_EXACT_MAX:
             pr = probe(k)
             if pr is None:
                 break
@@ -675,6 +680,11 @@ def search_random(
                 hi = k
                 break
             lo = k
+            if k >= caps[ci]:
+                ci += 1
+                if ci == len(caps):
+                    break
+            k = min(caps[ci], max(k + step, _round_up(k * GROWTH, step)))
         if hi is None:
             return None, log
         while hi - lo > step:

@@ -1,31 +1,35 @@
 """Exact ``max_{i<j} |<x_i, x_j>|`` on a CUDA device (imported only when device="cuda").
 
 The whole ``[n, k]`` int8 matrix lives on the device (2^20 x 256 is 256 MiB). A Triton kernel
-computes the Gram matrix tile by tile on the tensor cores and reduces every tile to its maximum
-|entry| in registers, so nothing of size n^2 is ever written to memory (a blocked ``torch._int_mm``
-that writes int32 tiles and reduces them afterwards took 4.4 s at n = 2^20, k = 256; the output
-traffic alone is ~2 TB). Exactness:
+computes the Gram matrix tile by tile on the int8 tensor cores and reduces every tile to its
+maximum |entry| in registers, so nothing of size n^2 is ever written to memory (a blocked
+``torch._int_mm`` that writes int32 tiles and reduces them afterwards took 4.4 s at n = 2^20,
+k = 256; the int32 output alone is 2 TB of traffic). int8 x int8 products accumulated in int32 are
+exact integer arithmetic, so the kernel is exact by construction (for k < 2^31).
 
-* ``int8`` (default): int8 x int8 products with int32 accumulation are exact integer arithmetic.
-* ``bf16``: +-1 and 0 are exact in bf16, products are exact and fp32 accumulation of integers of
-  magnitude <= k <= 2^24 is exact.
-* ``fp8`` (e4m3): +-1 and 0 are exact, but Hopper's fp8 MMA accumulates with reduced precision
-  (reported as ~14 bits), which is enough for integer sums of magnitude <= 2^13 but is not a
-  documented guarantee: offered for timing comparisons only, refused for k > 4096.
+Measured on an H200 (benchmarks/bench_position_codes.py --device cuda, 2026-11-30): n = 2^20,
+k = 256 in 0.45 s (623 dense int8 TOPS counting only the i <= j half); end to end (vector generation
+on the device included) 0.48 s. A bf16 variant of the same kernel ran out of shared memory at this
+tile configuration and an fp8 variant did not compile under Triton 3.6; both were dropped (fp8
+accumulation on Hopper is also not documented to be exact).
 
 Only tiles (bi, bj) with bi <= bj are visited (symmetry). Tiles are enumerated in super-blocks of
 ``GS x GS`` tiles (a triangular walk over super-block pairs) so that the programs running at the
-same time share ~2*GS row panels in L2. Each tile writes one int32 (its max |entry| over valid
-pairs i < j < n, or -1); the maximum and its first tile are found with torch on the device and the
-worst pair is located by recomputing that single tile.
+same time share ~2*GS row panels in L2; the kernel is persistent (2 programs per SM loop over the
+tiles). Each tile writes one int32 (its max |entry| over valid pairs i < j < n, or -1); the maximum
+and its first tile are found with torch on the device and the worst pair is located by recomputing
+that single tile.
+
+Without Triton (or with ``backend="torch"``), :func:`_gram_absmax_torch` does the same with
+blocked float32 GEMMs (exact: entries in {-1, 0, 1} are exact in fp32 and in TF32, which cuBLAS may
+use, products are exact and the fp32 accumulation of integers of magnitude <= k <= 2^24 is exact),
+writing each [8192, 8192] tile to memory: correct but several times slower.
 """
 
 from __future__ import annotations
 
 import math
 import time
-from typing import Optional
-
 import torch
 
 try:  # pragma: no cover - exercised on GPU machines only
@@ -61,7 +65,6 @@ if HAVE_TRITON:  # pragma: no cover - GPU only
         BM: tl.constexpr,
         BK: tl.constexpr,
         GS: tl.constexpr,
-        IS_INT: tl.constexpr,
         NUM_PROGS: tl.constexpr,
     ):
         pid = tl.program_id(0)
@@ -79,33 +82,21 @@ if HAVE_TRITON:  # pragma: no cover - GPU only
             cmask = cols[:, None] < n
             roff = rows.to(tl.int64)[:, None] * stride_x  # n * k may exceed 2^31
             coff = cols.to(tl.int64)[:, None] * stride_x
-            if IS_INT:
-                acc = tl.zeros((BM, BM), dtype=tl.int32)
-            else:
-                acc = tl.zeros((BM, BM), dtype=tl.float32)
+            acc = tl.zeros((BM, BM), dtype=tl.int32)
             if K <= 2 * BK:  # short K: unrolled (shared memory grows with the unrolled loads)
                 for kk in tl.static_range(0, K, BK):
                     a = tl.load(x_ptr + roff + (kk + offk)[None, :], mask=rmask, other=0)
                     b = tl.load(x_ptr + coff + (kk + offk)[None, :], mask=cmask, other=0)
-                    if IS_INT:
-                        acc = tl.dot(a, tl.trans(b), acc, out_dtype=tl.int32)
-                    else:
-                        acc = tl.dot(a, tl.trans(b), acc, out_dtype=tl.float32)
+                    acc = tl.dot(a, tl.trans(b), acc, out_dtype=tl.int32)
             else:  # long K: a pipelined loop (num_stages buffers of BM x BK per operand)
                 for kk in range(0, K, BK):
                     a = tl.load(x_ptr + roff + (kk + offk)[None, :], mask=rmask, other=0)
                     b = tl.load(x_ptr + coff + (kk + offk)[None, :], mask=cmask, other=0)
-                    if IS_INT:
-                        acc = tl.dot(a, tl.trans(b), acc, out_dtype=tl.int32)
-                    else:
-                        acc = tl.dot(a, tl.trans(b), acc, out_dtype=tl.float32)
-            val = tl.abs(acc.to(tl.int32))
+                    acc = tl.dot(a, tl.trans(b), acc, out_dtype=tl.int32)
+            val = tl.abs(acc)
             valid = (rows[:, None] < cols[None, :]) & (cols[None, :] < n)
             val = tl.where(valid, val, -1)
             tl.store(out_ptr + t, tl.max(tl.max(val, axis=1), axis=0))
-
-
-_DTYPES = {"int8": torch.int8, "bf16": torch.bfloat16, "fp8": getattr(torch, "float8_e4m3fn", None)}
 
 
 def tile_coords(t: int, GS: int) -> tuple[int, int]:
@@ -122,27 +113,20 @@ def num_tiles(n: int, BM: int, GS: int) -> int:
     return ns * (ns + 1) // 2 * GS * GS
 
 
-def prepare(X: torch.Tensor, dtype: str = "int8", BK: int = 128) -> torch.Tensor:
-    """Pad the columns of an int8 [n, k] device tensor to a multiple of BK (zero columns do not
-    change dot products) and convert to the MMA input type."""
+def prepare(X: torch.Tensor, BK: int = 128) -> torch.Tensor:
+    """Pad the columns of an int8 [n, k] device tensor with zeros to a multiple of BK (zero
+    columns do not change dot products)."""
     n, k = X.shape
     kp = -(-k // BK) * BK
     if kp != k:
         X = torch.cat([X, torch.zeros((n, kp - k), dtype=X.dtype, device=X.device)], dim=1)
-    if dtype == "int8":
-        return X.contiguous()
-    if _DTYPES.get(dtype) is None:
-        raise ValueError(f"cuda dtype must be one of int8, bf16, fp8 (got {dtype!r})")
-    if dtype == "fp8" and k > 4096:
-        raise ValueError("dtype='fp8' is only offered for k <= 4096")
-    return X.to(torch.float32).to(_DTYPES[dtype]).contiguous()
+    return X.to(torch.int8).contiguous()
 
 
 def gram_absmax_cuda(
     X: torch.Tensor,
-    k: Optional[int] = None,
     *,
-    dtype: str = "int8",
+    backend: str = "triton",
     BM: int = 128,
     BK: int = 128,
     GS: int = 16,
@@ -154,12 +138,14 @@ def gram_absmax_cuda(
 ):
     """Returns ``(max_dot, (i, j), seconds)`` for the int8 [n, k] CUDA tensor ``X`` (see module doc).
 
+    ``backend``: "triton" (the fused kernel) or "torch" (the blocked bf16 fallback).
+
     ``prepared=True``: X is already the output of :func:`prepare` (benchmarks time the kernel
     alone)."""
     n = X.shape[0]
     t0 = time.perf_counter()
-    Xp = X if prepared else prepare(X, dtype, BK)
-    if not HAVE_TRITON:  # pragma: no cover
+    Xp = X if prepared else prepare(X, BK)
+    if backend == "torch" or not HAVE_TRITON:
         return _gram_absmax_torch(Xp, n, progress, t0)
     T = num_tiles(n, BM, GS)
     out = torch.empty(T, dtype=torch.int32, device=X.device)
@@ -172,7 +158,7 @@ def gram_absmax_cuda(
         for a, b in zip(bounds[:-1], bounds[1:]):
             _gram_absmax_kernel[(progs,)](
                 Xp, out, n, a, b, Xp.stride(0),
-                K=Xp.shape[1], BM=BM, BK=BK, GS=GS, IS_INT=(dtype == "int8"), NUM_PROGS=progs,
+                K=Xp.shape[1], BM=BM, BK=BK, GS=GS, NUM_PROGS=progs,
                 num_warps=num_warps, num_stages=num_stages,
             )
             if progress:
@@ -200,13 +186,13 @@ def _locate(Xp: torch.Tensor, n: int, r0: int, c0: int, size: int, best: int) ->
 
 
 def _gram_absmax_torch(Xp: torch.Tensor, n: int, progress: bool, t0: float, block: int = 8192):
-    """Fallback without Triton: blocked bf16 GEMMs (exact, see module doc) and on-device maxima."""
-    Xb = Xp.to(torch.bfloat16)
+    """Fallback without Triton: blocked fp32 GEMMs (exact, see module doc) and on-device maxima."""
+    Xb = Xp.to(torch.float32)
     best = torch.tensor(-1.0, device=Xp.device)
     best_tile = (0, 0)
     for I in range(0, n, block):
         for J in range(I, n, block):
-            G = (Xb[I : I + block] @ Xb[J : J + block].T).float().abs()
+            G = (Xb[I : I + block] @ Xb[J : J + block].T).abs()
             if J == I:
                 G = torch.triu(G, diagonal=1)
             m = G.max()

@@ -442,6 +442,12 @@ def test_cuda_certify_matches_cpu():
         if code.is_sign_code:
             idx = np.arange(0, code.n, 7)
             assert np.array_equal(code.signs_torch(idx, "cuda").cpu().numpy(), code.signs(idx))
+    from exactformer.constructions.position_codes_cuda import gram_absmax_cuda
+
+    for code in codes[:3]:  # the torch fallback (used without Triton)
+        X = code.signs_torch(np.arange(code.n), "cuda")
+        best, pair, _ = gram_absmax_cuda(X, backend="torch")
+        assert Fraction(best, code.k) == code.certify().max_inner == abs(code.inner(*pair))
     a = position_codes(2000, family="random", device="cuda", seed=2)
     b = position_codes(2000, family="random", device="cpu", seed=2)
     assert a.k == b.k and a.certificate.max_inner == b.certificate.max_inner
