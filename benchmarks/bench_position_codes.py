@@ -8,7 +8,7 @@ Every run checks its answers: the Reed--Solomon code's all-pairs maximum must eq
 algebra predicts (and the algebraic certificate), the CUDA kernel must agree with the CPU kernel on
 smaller n (Triton kernel and torch fallback), and the random and RS codes must give the known values.
 
-Options: --n, --k-rs (use the RS code of that k), --repeat, --sweep (CUDA kernel configurations),
+Options: --n, --repeat, --block (CPU tile rows), --sweep (CUDA kernel configurations),
 --search (random-family searches: the smallest certified k for N = 2^4 .. --search-max),
 --out FILE (JSON results). Runs from a checkout without installation (falls back to loading the
 package from the source tree).
@@ -217,7 +217,7 @@ def bench_cuda(args) -> None:
 
 def bench_search(args) -> None:
     device = args.device
-    for e in range(4, args.search_max + 1, 2):
+    for e in range(4, args.search_max + 1, args.search_step):
         n = 1 << e
         for gamma in (Fraction(1, 4),):
             t = time.perf_counter()
@@ -238,6 +238,7 @@ def main() -> None:
     ap.add_argument("--sweep", action="store_true")
     ap.add_argument("--search", action="store_true")
     ap.add_argument("--search-max", type=int, default=12, help="largest log2 N for --search")
+    ap.add_argument("--search-step", type=int, default=2, help="step of log2 N for --search")
     ap.add_argument("--skip-main", action="store_true", help="only --search")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
