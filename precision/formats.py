@@ -65,6 +65,15 @@ class RawArray(np.ndarray):
 _TORCH_TAG = "_exactformer_format"
 
 
+class _Bound(int):
+    """max |raw| of a validated argument (an int), carrying its exact minimum and maximum."""
+
+    def __new__(cls, v: int, lo: int, hi: int):
+        self = super().__new__(cls, v)
+        self.lo, self.hi = lo, hi
+        return self
+
+
 class Format:
     """Common interface of every number format."""
 
@@ -505,7 +514,7 @@ class FixedPoint(Format):
                     f"{op}: argument {pname} has raw values in [{mn}, {mx}], outside the range of {self.name} "
                     f"[min_raw, max_raw] = [{self.min_raw}, {self.max_raw}] (raw values of another format?)")
             out.append(a)
-            bounds.append(max(abs(mn), abs(mx)))
+            bounds.append(_Bound(max(abs(mn), abs(mx)), mn, mx))
         return xp, out, bounds, scalar, tagged
 
     def _finish(self, xp, r, scalar: bool, tagged: bool):
@@ -770,16 +779,17 @@ class FixedPoint(Format):
         """App. D softmax along ``axis``: d = a - max (exact, saturated), e = exp(d) (rounded),
         Z = sum e (exact, saturated), result e/Z (rounded as div), saturated."""
         def k(xp, x, bd):
-            return self._softmax_kernel(xp, x[0], axis)
+            return self._softmax_kernel(xp, x[0], axis, bd[0])
         return self._run("softmax", k, (a,), ("a",))
 
-    def _softmax_kernel(self, xp, A, axis):
+    def _softmax_kernel(self, xp, A, axis, bound):
         if A.ndim == 0:
             raise PrecisionError("softmax: input must have at least 1 dimension")
         nd = A.ndim
         if not -nd <= axis < nd:
             raise PrecisionError(f"softmax: axis {axis} out of range for an array of {nd} dimensions")
-        X = xp.moveaxis(A, axis, -1)
+        last = axis in (-1, nd - 1)
+        X = A if last else xp.moveaxis(A, axis, -1)
         shape = tuple(X.shape)
         T = shape[-1]
         if T == 0:
@@ -814,7 +824,9 @@ class FixedPoint(Format):
             rows = max(1, chunk // T)
             out = xp.empty((R, T))
             sat = und = 0
-            need_dclip = self._softmax_needs_dclip(xp, A)
+            # x - max(x) >= lo - hi of the argument: saturation of the difference is possible only if
+            # that is below min_raw
+            need_dclip = bound.lo - bound.hi < self.min_raw
             starts = list(range(0, R, rows))
 
             def work(r0):
@@ -831,11 +843,7 @@ class FixedPoint(Format):
             sat = sum(r[0] for r in results)
             und = sum(r[1] for r in results)
         out = xp.reshape(out, shape)
-        return xp.moveaxis(out, -1, axis), sat, und
-
-    def _softmax_needs_dclip(self, xp, A) -> bool:
-        mn, mx = xp.minmax(A) if not (isinstance(A, np.ndarray) and A.dtype == object) else (0, 0)
-        return mn - mx < self.min_raw
+        return (out if last else xp.moveaxis(out, -1, axis)), sat, und
 
     def _softmax_rows(self, xp, x, need_dclip: bool, e_max: int):
         S, hi = self.scale, self.max_raw
