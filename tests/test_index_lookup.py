@@ -254,7 +254,8 @@ def test_find_min_precision():
     res = find_min_precision(lambda fmt: index_lookup(64, 4, positions=code, precision=fmt), kind="binary",
                              int_bits=6, max_value=10)
     assert res.value is not None and res.value in res.passing
-    assert all(v in res.passing for v in range(res.value, 11))
+    assert all(v in res.passing for v in range(res.value, res.checked_up_to + 1))
+    assert res.checked_up_to >= res.value + 4
     # one bit fewer does not certify (or cannot be built)
     if res.value > 1:
         fmt = FixedPoint.binary(int_bits=6, frac_bits=res.value - 1)

@@ -354,7 +354,7 @@ def certify_index_lookup(model: CompiledModel, fmt: Format, device: str = "cpu",
 MAX_GRID_POINTS = 1 << 22  # per value coordinate; beyond this the certificate declines
 
 
-def _owners(W: dict[str, np.ndarray], jcols: np.ndarray) -> tuple[list[set], list[set]]:
+def _owners(W: dict[str, np.ndarray], jcols: np.ndarray) -> tuple[list[set], list[set], list[set]]:
     """Which value coordinates each attention-output column and each final residual column
     depend on (through W_O, then W_in/W_out)."""
     W_O = W["blocks.0.attn.W_O"][0]
@@ -363,7 +363,7 @@ def _owners(W: dict[str, np.ndarray], jcols: np.ndarray) -> tuple[list[set], lis
     mid = [set(int(j) for j in jcols if W_O[j, c] != 0) for c in range(d)]
     hid = [set().union(*[mid[c] for c in np.flatnonzero(W_in[:, h])]) for h in range(W_in.shape[1])]
     fin = [mid[c].union(*[hid[h] for h in np.flatnonzero(W_out[:, c])]) for c in range(d)]
-    return mid, fin
+    return mid, hid, fin
 
 
 def _post_attention(fmt: Format, W: dict[str, np.ndarray], z: np.ndarray) -> np.ndarray:
@@ -389,7 +389,7 @@ def _post_attention_margins(model, fmt: Format, W: dict[str, np.ndarray], z_lo: 
     C = z_lo.shape[0]
     W_U = W["unembed.W_U"]
     jcols = np.flatnonzero(np.any(z_hi != 0, axis=(0, 1)) | np.any(z_lo != 0, axis=(0, 1)))
-    _, fin = _owners(W, np.arange(z_lo.shape[2]))
+    mid, hid, fin = _owners(W, np.arange(z_lo.shape[2]))
     if any(len(o) > 1 for o in fin):
         raise PreconditionFailed("the post-attention map mixes value coordinates (not separable)")
     dh = z_lo.shape[2]
@@ -401,22 +401,36 @@ def _post_attention_margins(model, fmt: Format, W: dict[str, np.ndarray], z_lo: 
     diff_min = np.zeros((C, S, S), dtype=object)  # min over box of sum_j (g_{s_p} - g_s)
     for j in jcols:
         cols = np.flatnonzero([o == {int(j)} for o in fin])
-        lo_j, hi_j = int(z_lo[:, :, j].min()), int(z_hi[:, :, j].max())
-        if hi_j - lo_j + 1 > MAX_GRID_POINTS:
-            raise PreconditionFailed(f"value coordinate {j} spans {hi_j - lo_j + 1} grid points (limit {MAX_GRID_POINTS})")
-        grid = np.arange(lo_j, hi_j + 1, dtype=np.int64)
-        table = np.zeros((grid.size, S), dtype=np.int64)
-        for s0 in range(0, grid.size, 4096):
-            zb = np.zeros((min(4096, grid.size - s0), dh), dtype=np.int64)
-            zb[:, j] = grid[s0 : s0 + 4096]
-            xf = _post_attention(fmt, W, zb)[:, cols]
-            table[s0 : s0 + len(zb)] = np.asarray(fmt.mul(xf[:, :, None], W_U[cols][None])).sum(axis=1) if cols.size else 0
         boxes = np.stack([z_lo[:, :, j], z_hi[:, :, j]], axis=-1).reshape(-1, 2)
         ubox, inv = np.unique(boxes, axis=0, return_inverse=True)
         inv = inv.reshape(C, S)
+        points = int((ubox[:, 1] - ubox[:, 0] + 1).sum())
+        if points > MAX_GRID_POINTS:
+            raise PreconditionFailed(f"value coordinate {j}: its ranges hold {points} grid points (limit {MAX_GRID_POINTS})")
+        members = np.split(np.argsort(inv.ravel(), kind="stable"), np.cumsum(np.bincount(inv.ravel(), minlength=len(ubox)))[:-1])
+        # the map z_j -> final columns owned by j only involves these rows and columns
+        cm = np.flatnonzero([o <= {int(j)} for o in mid])
+        H = np.flatnonzero([o <= {int(j)} for o in hid])
+        pos_out = np.searchsorted(cm, cols)
+        W_O_j = W["blocks.0.attn.W_O"][0][[j]][:, cm]
+        W_in_j = W["blocks.0.mlp.W_in"][cm][:, H]
+        W_out_j = W["blocks.0.mlp.W_out"][H][:, cols]
+        b_O, b_in, b_out = W["blocks.0.attn.b_O"][cm], W["blocks.0.mlp.b_in"][H], W["blocks.0.mlp.b_out"][cols]
+        W_U_j = W_U[cols]
         for b, (lo_b, hi_b) in enumerate(ubox):
-            rows = np.unique(table[lo_b - lo_j : hi_b - lo_j + 1], axis=0).astype(object)  # [U, S]
-            for c, sp in np.argwhere(inv == b):
+            grid = np.arange(lo_b, hi_b + 1, dtype=np.int64)
+            table = np.zeros((grid.size, S), dtype=np.int64)
+            for s0 in range(0, grid.size if cols.size else 0, 1 << 16):
+                zj = grid[s0 : s0 + (1 << 16)][:, None]
+                attn = fmt.add(fmt.matmul(zj, W_O_j), b_O)
+                out = fmt.add(fmt.matmul(fmt.relu(fmt.add(fmt.matmul(attn, W_in_j), b_in)), W_out_j), b_out)
+                xf = np.asarray(fmt.add(np.asarray(attn)[:, pos_out], out))
+                table[s0 : s0 + len(zj)] = np.asarray(fmt.mul(xf[:, :, None], W_U_j[None])).sum(axis=1)
+            # distinct contribution rows: the table is piecewise constant, so dedupe runs first
+            change = np.ones(len(table), dtype=bool)
+            change[1:] = np.any(table[1:] != table[:-1], axis=1)
+            rows = np.unique(table[change], axis=0).astype(object)  # [U, S]
+            for c, sp in zip(*np.divmod(members[b], S)):
                 d = (rows[:, sp][:, None] - rows).min(axis=0)
                 diff_min[c, sp] += d
                 lo_tot[c, sp] += rows.min(axis=0)

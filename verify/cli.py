@@ -1,0 +1,277 @@
+"""The ``exactformer`` command line: positions, build, verify (one model, a saved model, or all)."""
+
+from __future__ import annotations
+
+import json as jsonlib
+import re
+import sys
+import time
+from fractions import Fraction
+from pathlib import Path
+from typing import Any, Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from exactformer.constructions import registry
+from exactformer.precision import Format, parse_format
+
+app = typer.Typer(add_completion=False, no_args_is_help=True,
+                  help="Build, run and verify proven transformer constructions exactly.")
+console = Console(stderr=True)
+
+DEFAULT_N = 4096
+# construction -> (keyword arguments of the builder at the default size for `verify all`)
+ALL_DEFAULTS: dict[str, dict[str, Any]] = {
+    "index-lookup": {"alphabet": 64},
+}
+
+
+def _fail(msg: str) -> None:
+    console.print(f"[red]error:[/red] {msg}")
+    raise typer.Exit(2)
+
+
+def precision_from_cli(spec: str | None, n: int) -> Format | None:
+    """``paper:kc=K`` | ``binary:int=I,frac=F[,rounding=R]`` | ``float64`` | ``float32`` | None."""
+    if spec is None:
+        return None
+    m = re.fullmatch(r"paper:kc=(\d+)", spec.strip())
+    if m:
+        spec = f"paper:n={n},kc={m.group(1)}"
+    try:
+        return parse_format(spec)
+    except ValueError as e:
+        _fail(f"--precision: {e} (allowed: paper:kc=K, binary:int=I,frac=F, float64, float32)")
+    return None
+
+
+def build_model(construction: str, n: int, alphabet: int | None, positions: str, eta: str | None,
+                precision: str | None, max_inner: str, code_seed: int, extra: dict | None = None):
+    try:
+        fn = registry.builder(construction)
+    except ValueError as e:
+        _fail(str(e))
+    kwargs: dict[str, Any] = dict(extra or {})
+    if construction == "index-lookup":
+        kwargs.update(alphabet=alphabet if alphabet is not None else 64, positions=positions,
+                      eta=None if eta is None else Fraction(eta), max_inner=Fraction(max_inner), seed=code_seed)
+    elif eta is not None:
+        kwargs["eta"] = Fraction(eta)
+    kwargs["precision"] = precision_from_cli(precision, n)
+    try:
+        return fn(n, **kwargs)
+    except ValueError as e:
+        _fail(str(e))
+
+
+# ------------------------------------------------------------------------------------------------
+# exactformer positions
+# ------------------------------------------------------------------------------------------------
+
+
+def _register_positions() -> None:
+    from exactformer.verify.cli_positions import positions
+
+    app.command("positions", help="Near-orthogonal position codes (Lemma 2, Cor. 8.1, App. B.3).")(positions)
+
+
+_register_positions()
+
+
+# ------------------------------------------------------------------------------------------------
+# exactformer build
+# ------------------------------------------------------------------------------------------------
+
+
+@app.command(help="Build a construction and write DIR/model.safetensors and DIR/manifest.json.")
+def build(
+    construction: str = typer.Argument(..., help=f"one of {registry.names()}"),
+    n: int = typer.Option(..., "--n", help="input length N"),
+    alphabet: Optional[int] = typer.Option(None, "--alphabet", help="|Sigma| (index-lookup; default 64)"),
+    positions: str = typer.Option("auto", "--positions", help="auto | reed-solomon | random | onehot"),
+    eta: Optional[str] = typer.Option(None, "--eta", help="attention scale (default: smallest that works)"),
+    precision: Optional[str] = typer.Option(None, "--precision", help="paper:kc=K | binary:int=I,frac=F | float64"),
+    max_inner: str = typer.Option("1/4", "--max-inner"),
+    code_seed: int = typer.Option(0, "--code-seed", help="seed of a random position code"),
+    out: Path = typer.Option(..., "--out", help="output directory"),
+    json: bool = typer.Option(False, "--json", help="print the summary as one JSON object"),
+) -> None:
+    from exactformer.constructions.export import save
+
+    model = build_model(construction, n, alphabet, positions, eta, precision, max_inner, code_seed)
+    path = save(model, out)
+    summary = model.summary() | {"out": str(path)}
+    if json:
+        print(jsonlib.dumps(summary, default=str))
+    else:
+        _print_summary(summary)
+
+
+def _print_summary(summary: dict) -> None:
+    t = Table(title=f"{summary['construction']} ({summary['theorem']})")
+    t.add_column("quantity")
+    t.add_column("value")
+    t.add_column("formula")
+    for key in ("n", "layers", "heads", "d_model", "d_head", "d_mlp", "width", "parameters", "precision"):
+        t.add_row(key, str(summary[key]), "")
+    for key, p in summary["params"].items():
+        t.add_row(key, str(p["value"]), p["formula"])
+    Console().print(t)
+
+
+# ------------------------------------------------------------------------------------------------
+# exactformer verify
+# ------------------------------------------------------------------------------------------------
+
+
+@app.command(help="Verify a saved model (DIR), a construction by name, or `all` constructions.")
+def verify(
+    target: str = typer.Argument(..., help="DIR | a construction name | all"),
+    n: Optional[int] = typer.Option(None, "--n", help=f"input length N (all: default {DEFAULT_N})"),
+    alphabet: Optional[int] = typer.Option(None, "--alphabet"),
+    positions: str = typer.Option("auto", "--positions"),
+    eta: Optional[str] = typer.Option(None, "--eta"),
+    precision: Optional[str] = typer.Option(None, "--precision"),
+    max_inner: str = typer.Option("1/4", "--max-inner"),
+    code_seed: int = typer.Option(0, "--code-seed"),
+    mode: str = typer.Option("certify", "--mode", help="certify | exhaustive | sample"),
+    samples: int = typer.Option(1000, "--samples", help="random inputs in sample mode (plus as many adversarial)"),
+    seed: int = typer.Option(0, "--seed", help="seed of the sampled inputs"),
+    device: str = typer.Option("cpu", "--device", help="cpu | cuda"),
+    find_min_precision: bool = typer.Option(False, "--find-min-precision",
+                                            help="find the smallest frac bits (binary) or kc (paper) that certifies"),
+    json: bool = typer.Option(False, "--json", help="print one JSON object"),
+) -> None:
+    from exactformer.verify.verifier import MODES, VerifyError
+    from exactformer.verify.verifier import verify as run_verify
+
+    if mode not in MODES:
+        _fail(f"--mode must be one of {MODES}, got {mode!r}")
+    if device not in ("cpu", "cuda"):
+        _fail(f"--device must be cpu or cuda, got {device!r}")
+    if device == "cuda":
+        import torch
+
+        if not torch.cuda.is_available():
+            _fail("--device cuda: no CUDA device is available")
+    if target == "all":
+        _verify_all(n or DEFAULT_N, device, json)
+        return
+    path = Path(target)
+    if path.is_dir():
+        from exactformer.constructions.export import ManifestError, load
+
+        try:
+            model = load(path)
+        except (ManifestError, FileNotFoundError, ValueError) as e:
+            _fail(str(e))
+        fmt = parse_format(model.precision) if model.precision else None
+    else:
+        if n is None:
+            _fail("--n is required when verifying a construction by name")
+        model = build_model(target, n, alphabet, positions, eta, precision, max_inner, code_seed)
+        fmt = parse_format(model.precision)
+    if find_min_precision:
+        _find_min(target, model, n or model.n, alphabet, positions, max_inner, code_seed, precision, device, json)
+        return
+    try:
+        report = run_verify(model, mode=mode, fmt=fmt, samples=samples, seed=seed, device=device,
+                            progress=_progress_bar(mode, samples) if not json else None)
+    except VerifyError as e:
+        _fail(str(e))
+    _emit_report(report, json)
+    if not report.passed:
+        raise typer.Exit(1)
+
+
+def _progress_bar(mode: str, samples: int):
+    from tqdm import tqdm
+
+    if mode == "certify":
+        return None
+    bar = tqdm(total=2 * samples if mode == "sample" else None, unit="inputs", file=sys.stderr, leave=False)
+    return bar.update
+
+
+def _emit_report(report, json: bool) -> None:
+    d = report.to_json()
+    if json:
+        print(jsonlib.dumps(d, default=str))
+        return
+    t = Table(title=f"verify {d['construction']} (n={d['n']}, {d['mode']})")
+    t.add_column("field")
+    t.add_column("value")
+    for key in ("passed", "inputs_covered", "seed", "precision", "precision_bits", "eta", "eta_paper", "k",
+                "layers", "heads", "width", "size_bits", "min_margin", "counts", "reason", "seconds"):
+        t.add_row(key, str(d[key]))
+    if d["counterexample"]:
+        t.add_row("counterexample", jsonlib.dumps(d["counterexample"], default=str)[:400])
+    Console().print(t)
+
+
+def _find_min(target, model, n, alphabet, positions, max_inner, code_seed, precision, device, json) -> None:
+    from exactformer.verify.certificates import find_min_precision
+
+    kind = "paper" if precision and precision.startswith("paper") else "binary"
+    fn = registry.builder(model.construction)
+
+    def build_at(fmt):
+        kw: dict[str, Any] = {"precision": fmt}
+        if model.construction == "index-lookup":
+            kw.update(alphabet=len(model.answers), positions=model.code, max_inner=Fraction(max_inner))
+        return fn(model.n, **kw)
+
+    res = find_min_precision(build_at, kind=kind, n=model.n, device=device)
+    out = {"construction": model.construction, "n": model.n, "kind": res.kind, "min_value": res.value,
+           "format": res.fmt_name, "passing": res.passing, "checked_up_to": res.checked_up_to}
+    if json:
+        print(jsonlib.dumps(out))
+    else:
+        Console().print(out)
+    if res.value is None:
+        raise typer.Exit(1)
+
+
+def _verify_all(n: int, device: str, json: bool) -> None:
+    from exactformer.verify.verifier import verify as run_verify
+
+    rows = []
+    for name in registry.names():
+        kw = dict(ALL_DEFAULTS.get(name, {}))
+        t0 = time.perf_counter()
+        model = registry.builder(name)(n, **kw)
+        report = run_verify(model, mode="certify", device=device)
+        mode = "certify"
+        if not report.passed and "no certificate" in report.reason:
+            report = run_verify(model, mode="sample", samples=1000, seed=0, device=device)
+            mode = "sample"
+        rows.append({
+            "construction": name, "theorem": model.theorem, "n": n, "layers": model.n_layers,
+            "heads": model.n_heads, "width": model.width, "precision_bits": report.precision_bits,
+            "size_bits": report.size_bits, "mode": mode, "passed": report.passed,
+            "inputs_covered": report.inputs_covered, "seconds": round(time.perf_counter() - t0, 3),
+        })
+    if json:
+        print(jsonlib.dumps(rows))
+    else:
+        t = Table(title=f"exactformer: every construction at n = {n}")
+        for col in ("construction", "theorem", "n", "layers", "heads", "width", "precision bits", "size (bits)",
+                    "mode", "passed", "seconds"):
+            t.add_column(col)
+        for r in rows:
+            t.add_row(r["construction"], r["theorem"], str(r["n"]), str(r["layers"]), str(r["heads"]),
+                      str(r["width"]), str(r["precision_bits"]), str(r["size_bits"]), r["mode"],
+                      "PASS" if r["passed"] else "FAIL", str(r["seconds"]))
+        Console().print(t)
+    if not all(r["passed"] for r in rows):
+        raise typer.Exit(1)
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":
+    main()
