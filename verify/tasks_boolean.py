@@ -1,0 +1,296 @@
+"""Ground truths and input sources for the Boolean constructions of Theorems 6 and 13.
+
+One task object per construction name, with the interface of
+:class:`exactformer.verify.tasks.IndexLookupTask` (``count``, ``exhaustive``, ``sample``,
+``adversarial``, ``_batch``) and ``truth(model, x)``. Inputs are one array ``x [B, N]``: entries
+in {-1, 1} for Equality / Inequality, in {0, 1} for the threshold family.
+
+Ground truths are computed from the task's own definition, not from the model's feature tables,
+wherever the task has one: EQ / INEQ from the two halves, DISJ from the two halves, k-DNF / k-CNF
+from the clause lists in ``model.task_params["clauses"]``. Only the general THRES task reads its
+specification (index sets, truth tables, b) from ``model.task_params``: that *is* its definition.
+
+Sources:
+
+* ``exhaustive``: all 2^N inputs in counting order (x_1 is the most significant bit), vectorised.
+* ``sample``: seeded; Equality draws half of the inputs uniformly and half as "first half copied,
+  then (with probability 1/2) 1-3 random bits flipped"; thresholds draw each input with its own density p ~ U(0, 1).
+* ``adversarial``: Equality: inputs with equal halves and every single-bit flip of them (pairs
+  that differ in exactly one bit, at every position). Thresholds: inputs with exactly b and exactly
+  b + 1 true features (found by a seeded local search) and all their single-bit neighbours.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Iterator
+
+import numpy as np
+
+from exactformer.constructions.ir import CompiledModel
+from exactformer.verify.tasks import Batch
+
+
+@dataclass
+class BoolBatch(Batch):
+    """A :class:`Batch` whose ``example(i)`` is the natural input itself (a list of ints)."""
+
+    def example(self, i: int) -> Any:
+        return self.arrays[0][i].tolist()
+
+
+def _bits_of(ints: np.ndarray, n: int) -> np.ndarray:
+    """[B] ints -> [B, n] bits, bit 0 of the input = most significant."""
+    shifts = np.arange(n - 1, -1, -1, dtype=np.int64)
+    return ((ints[:, None] >> shifts[None, :]) & 1).astype(np.int64)
+
+
+class _BooleanTask:
+    name = ""
+    pm1 = False  # natural inputs in {-1, 1} (else {0, 1})
+
+    # ---- to implement ---------------------------------------------------------------------------
+    def truth(self, model: CompiledModel, x: np.ndarray) -> np.ndarray:
+        raise NotImplementedError
+
+    def _encode(self, model: CompiledModel, x: np.ndarray) -> np.ndarray:
+        raise NotImplementedError
+
+    # ---- interface --------------------------------------------------------------------------------
+    def _batch(self, model: CompiledModel, x: np.ndarray) -> Batch:
+        x = np.asarray(x, dtype=np.int64)
+        return BoolBatch((x,), self._encode(model, x), self.truth(model, x).astype(np.int64))
+
+    def count(self, model: CompiledModel) -> int:
+        return 1 << model.n
+
+    def _from_bits(self, bits: np.ndarray) -> np.ndarray:
+        return 2 * bits - 1 if self.pm1 else bits
+
+    def exhaustive(self, model: CompiledModel, batch: int = 4096) -> Iterator[Batch]:
+        """All 2^N inputs, in counting order."""
+        n = model.n
+        total = 1 << n
+        for s in range(0, total, batch):
+            ints = np.arange(s, min(total, s + batch), dtype=np.int64)
+            yield self._batch(model, self._from_bits(_bits_of(ints, n)))
+
+    def sample(self, model: CompiledModel, count: int, seed: int, batch: int = 256) -> Iterator[Batch]:
+        rng = np.random.default_rng(seed)
+        done = 0
+        while done < count:
+            b = min(batch, count - done)
+            yield self._batch(model, self._draw(model, rng, b))
+            done += b
+
+    def _draw(self, model: CompiledModel, rng: np.random.Generator, b: int) -> np.ndarray:
+        p = rng.random((b, 1))
+        return self._from_bits((rng.random((b, model.n)) < p).astype(np.int64))
+
+    def adversarial(self, model: CompiledModel, count: int, seed: int, batch: int = 256) -> Iterator[Batch]:
+        rng = np.random.default_rng(seed)
+        done = 0
+        pending: list[np.ndarray] = []
+        while done < count:
+            if not pending:
+                pending = list(self._adversarial_round(model, rng))
+                if not pending:
+                    return
+            chunk = np.concatenate(pending, axis=0)
+            pending = []
+            b = min(batch, count - done, len(chunk))
+            yield self._batch(model, chunk[:b])
+            done += b
+            if len(chunk) > b:
+                pending = [chunk[b:]]
+
+    def _adversarial_round(self, model, rng) -> list[np.ndarray]:
+        raise NotImplementedError
+
+
+def _single_flips(x: np.ndarray, pm1: bool) -> np.ndarray:
+    """[B, n] -> [B * n, n]: every input with exactly one bit flipped (input-major order)."""
+    B, n = x.shape
+    out = np.repeat(x, n, axis=0)
+    j = np.tile(np.arange(n), B)
+    rows = np.arange(B * n)
+    out[rows, j] = -out[rows, j] if pm1 else 1 - out[rows, j]
+    return out
+
+
+# ------------------------------------------------------------------------------------------------
+# Equality / Inequality
+# ------------------------------------------------------------------------------------------------
+
+
+class EqualityTask(_BooleanTask):
+    """EQ(x) = [x_{1..N/2} = x_{N/2+1..N}] (``complement``: INEQ = 1 - EQ), x in {-1, 1}^N."""
+
+    pm1 = True
+
+    def __init__(self, complement: bool = False):
+        self.complement = complement
+        self.name = "inequality" if complement else "equality"
+
+    def truth(self, model: CompiledModel, x: np.ndarray) -> np.ndarray:
+        x = np.asarray(x)
+        h = x.shape[1] // 2
+        eq = np.all(x[:, :h] == x[:, h:], axis=1).astype(np.int64)
+        return 1 - eq if self.complement else eq
+
+    def _encode(self, model, x):
+        from exactformer.constructions.equality import encode_arrays
+
+        return encode_arrays(model, x)
+
+    def _draw(self, model, rng, b):
+        n, h = model.n, model.n // 2
+        x = rng.choice(np.array([-1, 1]), size=(b, n))
+        copy = rng.random(b) < 0.5
+        x[copy, h:] = x[copy, :h]
+        flips = np.where(rng.random(b) < 0.5, 0, rng.integers(1, 4, size=b)) * copy
+        for i in np.flatnonzero(flips):
+            j = rng.choice(n, size=int(flips[i]), replace=False)
+            x[i, j] *= -1
+        return x
+
+    def _adversarial_round(self, model, rng):
+        """One input with equal halves, then all N single-bit flips of it."""
+        n, h = model.n, model.n // 2
+        base = rng.choice(np.array([-1, 1]), size=(1, n))
+        base[:, h:] = base[:, :h]
+        return [base, _single_flips(base, True)]
+
+    def feature_counts(self, model: CompiledModel, x: np.ndarray) -> np.ndarray:
+        """Number of mismatched pairs (the S of the certificate)."""
+        h = model.n // 2
+        return np.sum(np.asarray(x)[:, :h] != np.asarray(x)[:, h:], axis=1)
+
+
+# ------------------------------------------------------------------------------------------------
+# thresholds of k-sparse features
+# ------------------------------------------------------------------------------------------------
+
+
+def threshold_spec(model: CompiledModel) -> tuple[np.ndarray, np.ndarray, list, int]:
+    """(feature index [m, k] 1-based, type [m], types [(arity, table)], b) of a threshold model,
+    re-derived from the clause list for DNF / CNF and from N for Disjointness (so the spec does
+    not depend on stored feature tables); read from ``task_params`` for general THRES."""
+    from exactformer.constructions import thresholds as th
+
+    tp = model.task_params
+    kind, n = tp.get("kind", "threshold"), model.n
+    if kind == "disjointness":
+        h = n // 2
+        feats = [[i, i + h] for i in range(1, h + 1)]
+        idx, ft, types = th.normalize_features(n, feats, [1, 1, 1, 0], 2)
+        return idx, ft, types, h - 1
+    if kind in ("dnf", "cnf"):
+        feats, m = th.literal_features(n, tp["clauses"], kind, None)
+        idx, ft, types = th.normalize_features(n, feats, None, int(tp.get("k", 0)) or None)
+        return idx, ft, types, (0 if kind == "dnf" else m - 1)
+    types = [(int(a), tuple(int(v) for v in t)) for a, t in tp["types"]]
+    return np.asarray(tp["feature_index"], dtype=np.int64), np.asarray(tp["feature_type"], dtype=np.int64), types, int(tp["b"])
+
+
+class ThresholdTask(_BooleanTask):
+    """Th_b over k-sparse features, x in {0, 1}^N. ``kind`` selects the ground truth:
+    "threshold" (the stored specification), "disjointness", "dnf", "cnf" (from their definitions)."""
+
+    pm1 = False
+
+    def __init__(self, kind: str = "threshold"):
+        if kind not in ("threshold", "disjointness", "dnf", "cnf"):
+            raise ValueError(f"kind must be one of threshold, disjointness, dnf, cnf; got {kind!r}")
+        self.kind = self.name = kind
+        self._cache: tuple | None = None  # (model, spec) of the last model seen
+
+    def _spec(self, model):
+        if self._cache is None or self._cache[0] is not model:
+            self._cache = (model, threshold_spec(model))
+        return self._cache[1]
+
+    def feature_counts(self, model: CompiledModel, x: np.ndarray) -> np.ndarray:
+        from exactformer.constructions.thresholds import feature_values
+
+        idx, ft, types, _ = self._spec(model)
+        return feature_values(idx, ft, types, x).sum(axis=1)
+
+    def truth(self, model: CompiledModel, x: np.ndarray) -> np.ndarray:
+        x = np.asarray(x, dtype=np.int64)
+        n = model.n
+        if self.kind == "disjointness":
+            h = n // 2
+            return (~np.any((x[:, :h] == 1) & (x[:, h:] == 1), axis=1)).astype(np.int64)
+        if self.kind in ("dnf", "cnf"):
+            out = np.zeros(len(x), dtype=bool) if self.kind == "dnf" else np.ones(len(x), dtype=bool)
+            for c in model.task_params["clauses"]:
+                lits = np.asarray(c, dtype=np.int64)
+                vals = np.where(lits[None, :] > 0, x[:, np.abs(lits) - 1] == 1, x[:, np.abs(lits) - 1] == 0)
+                if self.kind == "dnf":
+                    out |= np.all(vals, axis=1)
+                else:
+                    out &= np.any(vals, axis=1)
+            return out.astype(np.int64)
+        b = self._spec(model)[3]
+        return (self.feature_counts(model, x) > b).astype(np.int64)
+
+    def _encode(self, model, x):
+        from exactformer.constructions.thresholds import encode_arrays
+
+        return encode_arrays(model, x)
+
+    def with_count(self, model: CompiledModel, targets: np.ndarray, rng: np.random.Generator,
+                   steps: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """Seeded local search for inputs whose feature count S equals ``targets`` [R].
+
+        Start from inputs of random density; repeatedly flip one random bit per unsolved row,
+        keeping flips that do not move S away from the target (and 5% of the others). Returns
+        (x [R, N], found [R] bool). Best effort: exact counts can be NP-hard to reach (e.g. CNF
+        satisfiability), so callers use what is found."""
+        from exactformer.constructions.thresholds import feature_values
+
+        idx, ft, types, _ = self._spec(model)
+        n = model.n
+        targets = np.asarray(targets, dtype=np.int64)
+        R = len(targets)
+        x = (rng.random((R, n)) < rng.random((R, 1))).astype(np.int64)
+        S = feature_values(idx, ft, types, x).sum(axis=1)
+        steps = steps if steps is not None else 20 * n + 200
+        rows = np.arange(R)
+        for _ in range(steps):
+            act = np.flatnonzero(S != targets)
+            if not act.size:
+                break
+            j = rng.integers(0, n, size=act.size)
+            x2 = x[act].copy()
+            x2[np.arange(act.size), j] ^= 1
+            S2 = feature_values(idx, ft, types, x2).sum(axis=1)
+            d_old = np.abs(S[act] - targets[act])
+            d_new = np.abs(S2 - targets[act])
+            keep = (d_new <= d_old) | (rng.random(act.size) < 0.05)
+            sel = act[keep]
+            x[sel] = x2[keep]
+            S[sel] = S2[keep]
+        return x, S == targets
+
+    def _adversarial_round(self, model, rng):
+        """Inputs with exactly b and b + 1 true features and all their single-bit flips."""
+        b = self._spec(model)[3]
+        m = len(self._spec(model)[1])
+        targets = np.array([t for t in (b, b + 1) if 0 <= t <= m] * 2, dtype=np.int64)
+        x, found = self.with_count(model, targets, rng)
+        x = x[found]
+        if not len(x):  # nothing reachable: fall back to random inputs so the source never stalls
+            return [self._draw(model, rng, 8)]
+        return [x, _single_flips(x, False)]
+
+
+TASKS_BOOLEAN: dict[str, Any] = {
+    "equality": EqualityTask(False),
+    "inequality": EqualityTask(True),
+    "threshold": ThresholdTask("threshold"),
+    "disjointness": ThresholdTask("disjointness"),
+    "dnf": ThresholdTask("dnf"),
+    "cnf": ThresholdTask("cnf"),
+}
