@@ -54,6 +54,7 @@ def main(argv=None) -> int:
     ap.add_argument("--max-log2", type=int, default=20, help="largest n = 2^k for (1, n)")
     ap.add_argument("--nn-max-log2", type=int, default=None,
                     help="largest n for (n, n) (default: 13 on CPU, 14 on CUDA)")
+    ap.add_argument("--shapes", default="1n,nn", help="which shapes: 1n, nn or both")
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args(argv)
@@ -80,8 +81,9 @@ def main(argv=None) -> int:
         fmt = parse_format(spec)
         S = fmt.scale
         fmt.softmax(np.zeros((1, 8), dtype=np.int64))  # builds the exp table (if any) outside the timing
-        for shape_kind in ("1n", "nn"):
-            for k in range(args.min_log2, args.max_log2 + 1):
+        for shape_kind in args.shapes.split(","):
+            top = args.max_log2 if shape_kind == "1n" else nn_max + 1
+            for k in range(args.min_log2, top + 1):
                 n = 1 << k
                 if shape_kind == "nn" and k > nn_max:
                     print(f"| {fmt.name} | ({n}, {n}) | not run | | | | (n > 2^{nn_max}: memory/time limit) |")
