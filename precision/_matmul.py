@@ -174,6 +174,18 @@ def _distinct_nonzero(X, xp):
     return u[u != 0]
 
 
+def _distinct_residues(r, S: int, xp):
+    """Distinct nonzero values of residues 0 <= r < S (a histogram when S is small, else unique)."""
+    if S <= (1 << 16):
+        flat = r.reshape(-1)
+        if xp.torch:
+            cnt = xp.t.bincount(flat, minlength=S)
+            return xp.t.nonzero(cnt[1:]).reshape(-1) + 1
+        cnt = np.bincount(flat, minlength=S)
+        return np.flatnonzero(cnt[1:]) + 1
+    return _distinct_nonzero(r, xp)
+
+
 def count_underflows(A, B, S: int, nearest: bool, xp, vals, use_a: bool) -> int:
     """#{(batch, i, k, j): a_ik b_kj != 0 and round(a_ik b_kj / S) == 0}, by counting per value v of
     the small (|v| < S) entries of one operand (``vals``: its distinct values, ``use_a``: which)."""
@@ -231,17 +243,23 @@ def matmul_indicator(A, B, S: int, xp, ab: int, bb: int, res_a, res_b, small_fir
     batch = _bcast_batch(A, B)
     P = max(1, math.prod(batch)) * A.shape[-2] * A.shape[-1] * B.shape[-1]
     cost_elem = 25.0 * P
+    if P == 0:
+        return None
 
     def cost(u):
         return u * 12.0 * (size_a + size_b) + (u + 1) * 0.25 * P
 
+    # the largest u for which the indicator path is predicted to win
+    u_allow = INDICATOR_MAX if force else min(INDICATOR_MAX, int((cost_elem - 0.25 * P) / (cost(1) - 0.25 * P)))
+    if u_allow < 1 and not force:
+        return None
     order = ("b", "a") if small_first_b else ("a", "b")
     choice = None
     for side in order:
         r = (res_b if side == "b" else res_a)[1]
-        vals = _distinct_nonzero(r, xp)
+        vals = _distinct_residues(r, S, xp)
         u = int(vals.shape[0])
-        if force or (u <= INDICATOR_MAX and cost(u) < cost_elem):
+        if force or u <= u_allow:
             choice = (side, vals)
             break
     if choice is None:

@@ -138,3 +138,19 @@ def test_paper_decimal_scale_matmul():
         got = fmt.matmul(A, B, accumulate=acc)
         ref, s, u = _ref(fmt, A, B, acc)
         assert np.array_equal(got.astype(object), ref) and (fmt.counts.saturations, fmt.counts.underflows) == (s, u)
+
+
+@pytest.mark.parametrize("force", [None, "indicator", "elementwise"])
+def test_empty_shapes(force):
+    f = FixedPoint.binary(4, 3)
+    _matmul.FORCE_PATH = force
+    try:
+        for sa, sb in [((0, 3), (3, 2)), ((2, 0), (0, 3)), ((2, 3), (3, 0)), ((0, 2, 3), (3, 2))]:
+            a, b = np.full(sa, 5, dtype=np.int64), np.full(sb, 3, dtype=np.int64)
+            r = f.matmul(a, b)
+            assert r.shape == np.matmul(a, b).shape and r.dtype == np.int64 and not r.any()
+            assert np.array_equal(f.matmul(torch.from_numpy(a), torch.from_numpy(b)).numpy(), r)
+    finally:
+        _matmul.FORCE_PATH = None
+    assert f.softmax(np.zeros((0, 3), dtype=np.int64)).shape == (0, 3)
+    assert f.exp(np.zeros((0,), dtype=np.int64)).shape == (0,)
