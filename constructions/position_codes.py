@@ -61,8 +61,8 @@ __all__ = [
 
 FAMILIES = ("auto", "reed-solomon", "random", "onehot")
 #: Largest n per family: RS positions stay far inside int64 digit arithmetic; onehot has k = n and
-#: every certification kernel is exact only for k <= 2^24; a random code needs an all-pairs
-#: certificate, which at 2^20 is ~1 s on an H200 and ~25 min on 2 CPU cores per k tried.
+#: every certification kernel is exact only for k <= 2^24; a random code needs all-pairs
+#: certificates: at 2^20 one probe (k ~ 800) is ~1.5 s on an H200 and about an hour on 2 CPU cores.
 N_MAX = {"reed-solomon": 1 << 40, "random": 1 << 20, "onehot": K_EXACT_MAX}
 RANDOM_K_STEP = 8  # the random family's k is searched over multiples of 8
 RANDOM_SUBSET = 512  # positions used for the exact lower bound of the random search

@@ -24,6 +24,7 @@ remembered; the worst pair is located at the end by recomputing that one tile.
 
 from __future__ import annotations
 
+import threading
 import time
 from dataclasses import dataclass
 from typing import Callable, Optional
@@ -115,9 +116,17 @@ def gram_absmax_cpu(
     block: int = 2048,
     cache_bytes: int = 1 << 30,
     pack: bool = True,
+    workers: Optional[int] = None,
     desc: str = "certify",
 ) -> GramMax:
-    """Exact ``max_{i<j<n} |<x_i, x_j>|`` where ``x_i = block_fn(i, i+1)[0]`` (see module doc)."""
+    """Exact ``max_{i<j<n} |<x_i, x_j>|`` where ``x_i = block_fn(i, i+1)[0]`` (see module doc).
+
+    Row blocks are shared out to ``workers`` Python threads (default: torch's thread count) that
+    each run single-threaded torch/MKL kernels (torch releases the GIL). Compared with one thread
+    issuing multi-threaded kernels this avoids an OpenMP barrier per small op, which under CPU
+    contention (other processes on the cores) cost up to 5x. torch's thread count is set to 1
+    for the duration of the call and restored afterwards. The reported pair comes from the
+    first tile (in (I, J) order) attaining the maximum, so it does not depend on scheduling."""
     if n < 2:
         raise ValueError("need at least two vectors")
     if k > K_EXACT_MAX:
@@ -128,38 +137,70 @@ def gram_absmax_cpu(
     BJ = max(1, block // 2)
     rows = _Rows(block_fn, n, k, cache_bytes)
     n_tiles = sum(len(range(I, n, BJ)) for I in range(0, n, BI))
-    best, best_tile, examined, complete = -1, None, 0, True
+    i_blocks = iter(range(0, n, BI))
+    lock = threading.Lock()
+    stop = threading.Event()
+    results: list = []
+    errors: list = []
     bar = _progress(n_tiles, progress, desc)
-    try:
-        for I in range(0, n, BI):
-            Xi = rows.get(I, min(n, I + BI))
-            P = None
-            for J in range(I, n, BJ):
-                Xj = rows.get(J, min(n, J + BJ))
-                if J < I + Xi.shape[0] or c is None:
-                    m = int(_masked_abs(torch.mm(Xi, Xj.T), I, J, n).max().item())
-                else:
-                    if P is None:
-                        Xe = Xi if Xi.shape[0] % 2 == 0 else torch.cat([Xi, torch.zeros(1, k)])
-                        P = Xe[0::2] + float(c) * Xe[1::2]
-                    m = _packed_tile_max(P, Xj, c)
-                if J >= I + Xi.shape[0]:
-                    examined += Xi.shape[0] * Xj.shape[0]
-                else:
-                    i = np.arange(I, I + Xi.shape[0])
-                    hi = min(n, J + Xj.shape[0])
-                    examined += int(np.clip(hi - np.maximum(J, i + 1), 0, None).sum())
-                if m > best:
-                    best, best_tile = m, (I, Xi.shape[0], J, Xj.shape[0])
-                bar.update(1)
-                if stop_above is not None and best > stop_above:
-                    complete = False
+
+    def work() -> None:
+        best, tile, examined = -1, None, 0
+        try:
+            while not stop.is_set():
+                with lock:
+                    I = next(i_blocks, None)
+                if I is None:
                     break
-            if not complete:
-                break
+                Xi = rows.get(I, min(n, I + BI))
+                P = None
+                for J in range(I, n, BJ):
+                    if stop.is_set():
+                        break
+                    Xj = rows.get(J, min(n, J + BJ))
+                    if J < I + Xi.shape[0] or c is None:
+                        m = int(_masked_abs(torch.mm(Xi, Xj.T), I, J, n).max().item())
+                        i = np.arange(I, I + Xi.shape[0])
+                        examined += int(np.clip(min(n, J + Xj.shape[0]) - np.maximum(J, i + 1), 0, None).sum())
+                    else:
+                        if P is None:
+                            Xe = Xi if Xi.shape[0] % 2 == 0 else torch.cat([Xi, torch.zeros(1, k)])
+                            P = Xe[0::2] + float(c) * Xe[1::2]
+                        m = _packed_tile_max(P, Xj, c)
+                        examined += Xi.shape[0] * Xj.shape[0]
+                    if m > best:  # tiles arrive in increasing (I, J) order within a worker
+                        best, tile = m, (I, Xi.shape[0], J, Xj.shape[0])
+                    bar.update(1)
+                    if stop_above is not None and m > stop_above:
+                        stop.set()
+                        break
+        except BaseException as e:  # pragma: no cover - re-raised in the caller
+            errors.append(e)
+            stop.set()
+        with lock:
+            results.append((best, tile, examined))
+
+    nw = max(1, workers if workers is not None else torch.get_num_threads())
+    prev = torch.get_num_threads()
+    try:
+        if nw > 1:
+            torch.set_num_threads(1)
+            threads = [threading.Thread(target=work, daemon=True) for _ in range(nw)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+        else:
+            work()
     finally:
+        torch.set_num_threads(prev)
         bar.close()
-    I, ni, J, nj = best_tile
+    if errors:
+        raise errors[0]
+    best = max(r[0] for r in results)
+    I, ni, J, nj = min(r[1] for r in results if r[0] == best and r[1] is not None)
+    examined = sum(r[2] for r in results)
+    complete = not (stop_above is not None and best > stop_above)
     A = _masked_abs(torch.mm(rows.get(I, I + ni), rows.get(J, J + nj).T), I, J, n)
     flat = int(torch.argmax(A).item())
     pair = (I + flat // nj, J + flat % nj)
