@@ -182,8 +182,9 @@ class TorchXP:
     def clip(self, x, lo, hi):
         return self.t.clamp(x, lo, hi)
 
-    def count(self, m) -> int:
-        return int(self.t.count_nonzero(m).item())
+    def count(self, m):
+        """A 0-d int64 tensor (no host sync); callers convert once at the end of an operation."""
+        return self.t.count_nonzero(m)
 
     def any(self, m) -> bool:
         return bool(m.any().item())
@@ -192,7 +193,8 @@ class TorchXP:
         if x.numel() == 0:
             return 0, 0
         mn, mx = self.t.aminmax(x)
-        return int(mn.item()), int(mx.item())
+        lo, hi = self.t.stack([mn, mx]).tolist()  # one host sync
+        return int(lo), int(hi)
 
     def amax(self, x, axis, keepdims=False):
         return self.t.amax(x, dim=axis, keepdim=keepdims)

@@ -133,7 +133,8 @@ class Format:
             return v
         return r
 
-    def _bump(self, sat: int, und: int) -> None:
+    def _bump(self, sat, und) -> None:
+        sat, und = int(sat), int(und)  # torch counts arrive as 0-d device tensors: synced here only
         if sat:
             self.counts.saturations += int(sat)
         if und:
@@ -530,6 +531,9 @@ class FixedPoint(Format):
         """Saturate exact integer results (int64 or object) to [min_raw, max_raw]; returns (r, count)."""
         if isinstance(r, np.ndarray) and r.dtype == object:
             return self._sat_obj(r)
+        if xp.torch:  # no host sync: clip unconditionally, count on the device
+            n = xp.count(r > self.max_raw) + xp.count(r < self.min_raw)
+            return xp.clip(r, self.min_raw, self.max_raw), n
         mn, mx = xp.minmax(r)
         if mn >= self.min_raw and mx <= self.max_raw:
             return r, 0
@@ -640,7 +644,7 @@ class FixedPoint(Format):
                 return np.where(r == cap, self.max_raw, r).astype(object), sat, und
             sat = xp.count(r == cap)
             und = xp.count(r == 0)
-            if sat:
+            if xp.torch or sat:
                 r = xp.minimum(r, self.max_raw)
             return r, sat, und
         return self._run("exp", k, (a,), ("a",))
@@ -866,7 +870,7 @@ class FixedPoint(Format):
             d = x - m
             if need_dclip:
                 s = xp.count(d < self.min_raw)
-                if s:
+                if xp.torch or s:
                     sat += s
                     d = xp.maximum(d, self.min_raw)
             e = _exp.exp_int64(d, S, hi, self.nearest, xp, nonpositive=True)
@@ -880,7 +884,7 @@ class FixedPoint(Format):
         Z = xp.sum(e, axis=-1, keepdims=True)
         if T * e_max > hi:
             s = xp.count(Z > hi)
-            if s:
+            if xp.torch or s:
                 sat += s
                 Z = xp.minimum(Z, hi)
         q = _wide.muldiv(e, S, Z, self.nearest, xp, e_max, S, hi)
