@@ -130,25 +130,21 @@ def smallest_eta(fmt: Format, k: int, mu: Fraction, n: int) -> Fraction | None:
     return unit * hi
 
 
-def default_precision(n: int, k: int, mu: Fraction, m: int = 1, max_frac: int = 40) -> tuple[Format, Fraction]:
-    """The binary format with the fewest bits (then the fewest fraction bits) in which the
-    sufficient condition holds, and its smallest eta. Needs frac >= 1 (the MLP's 1/2 offsets) and
-    a range holding +-2m (the unembedding's sums before its bias) for m = ceil(log2 |Sigma|)."""
-    best: tuple[int, int, Format, Fraction] | None = None
-    for frac in range(1, max_frac + 1):
-        for int_bits in range(2, 12):
-            if best is not None and int_bits + frac >= best[0]:
-                break
-            fmt = FixedPoint.binary(int_bits=int_bits, frac_bits=frac)
+def default_precision(n: int, k: int, mu: Fraction, m: int = 1, max_bits: int = 48) -> tuple[Format, Fraction]:
+    """The binary format with the fewest bits in which the sufficient condition holds (ties: the
+    one allowing the smallest eta), and that smallest eta. Needs frac >= 1 (the MLP's 1/2 offsets)
+    and a range holding +-2m (the unembedding's sums before its bias), m = ceil(log2 |Sigma|)."""
+    for total in range(3, max_bits + 1):  # total = 1 (sign) + int_bits + frac_bits
+        found: list[tuple[Fraction, int, Format]] = []
+        for frac in range(1, total - 2):
+            fmt = FixedPoint.binary(int_bits=total - 1 - frac, frac_bits=frac)
             eta = smallest_eta(fmt, k, mu, n)
             if eta is not None and _weights_fit(fmt, eta, k, m):
-                best = (int_bits + frac, frac, fmt, eta)
-                break
-        if best is not None and frac >= best[0]:
-            break
-    if best is None:
-        raise IndexLookupError(f"no binary format with at most {max_frac} fraction bits satisfies the condition")
-    return best[2], best[3]
+                found.append((eta, frac, fmt))
+        if found:
+            eta, _, fmt = min(found, key=lambda t: (t[0], t[1]))
+            return fmt, eta
+    raise IndexLookupError(f"no binary format with at most {max_bits} bits satisfies the condition")
 
 
 def _weights_fit(fmt: Format, eta: Fraction, k: int, m: int) -> bool:
@@ -197,7 +193,8 @@ def index_lookup(
         raise IndexLookupError(f"positions: the code has {code.n} vectors, need n = {n}")
     k = int(code.k)
     kappa = int(1 / Fraction(code.gram_scale))  # <T(i),T(i)> in numerator units: k for +-1 codes, 1 for one-hot
-    mu = code.bound if code.bound is not None else Fraction(code.certify().max_inner)
+    mu = code.bound if code.bound is not None else Fraction(
+        (getattr(code, "certificate", None) or code.certify()).max_inner)  # a random code carries its certificate
 
     if isinstance(precision, str):
         precision = parse_format(precision)
@@ -251,7 +248,7 @@ def _precision_hint(n: int, k: int, mu: Fraction, m: int) -> str:
         fmt, eta = default_precision(n, k, mu, m)
         return f"the smallest precision that works is {fmt.name} (eta = {eta})"
     except IndexLookupError:
-        return "no binary format up to 40 fraction bits works"
+        return "no binary format up to 48 bits works"
 
 
 def _assemble(n: int, alphabet: int, code: Any, k: int, m: int, eta: Fraction) -> CompiledModel:

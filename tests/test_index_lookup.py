@@ -264,3 +264,59 @@ def test_find_min_precision():
         except ValueError:
             return
         assert not certify(m, fmt).passed
+
+
+# ------------------------------------------------------------------------------------------------
+# the streamed-rows method (the CUDA path for codes without algebraic structure) == histograms
+# ------------------------------------------------------------------------------------------------
+
+from exactformer.verify.certify_index_lookup import certify_index_lookup  # noqa: E402
+
+
+@pytest.mark.parametrize("family,prec,eta", [
+    ("random", "binary:int=6,frac=10", None),
+    ("reed-solomon", "binary:int=6,frac=12", None),
+    ("random", "binary:int=6,frac=10", "weak"),
+])
+def test_rows_method_agrees_with_histograms(family, prec, eta):
+    fmt = parse_format(prec)
+    model = index_lookup(256, 8, positions=family, precision=fmt)
+    if eta == "weak":
+        model = index_lookup(256, 8, positions=model.code, precision=fmt, eta=model.params["k"].value * fmt.step * 4)
+    a = certify_index_lookup(model, fmt, method="histogram")
+    b = certify_index_lookup(model, fmt, method="rows")
+    assert a.passed == b.passed and a.min_margin == b.min_margin
+    assert a.details["min_target_weight"] == b.details["min_target_weight"]
+    assert a.details["max_rest_weight"] == b.details["max_rest_weight"]
+    if eta == "weak":
+        assert not a.passed
+
+
+@pytest.mark.cuda
+def test_rows_method_on_cuda():
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device")
+    fmt = parse_format("binary:int=6,frac=10")
+    model = index_lookup(1024, 8, positions="random", precision=fmt)
+    a = certify_index_lookup(model, fmt, method="histogram")
+    b = certify_index_lookup(model, fmt, method="rows", device="cuda")
+    assert a.passed and b.passed and a.min_margin == b.min_margin
+    weak = index_lookup(1024, 8, positions=model.code, precision=fmt, eta=model.params["k"].value * fmt.step * 4)
+    assert certify_index_lookup(weak, fmt, method="rows", device="cuda").passed is False
+
+
+@pytest.mark.cuda
+def test_executor_cuda_matches_cpu():
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device")
+    model = index_lookup(512, 16, positions="reed-solomon")
+    fmt = parse_format(model.precision)
+    rng = np.random.default_rng(0)
+    sy, p = rng.integers(0, 16, (64, 512)), rng.integers(1, 513, 64)
+    from exactformer.constructions.index_lookup import encode_arrays
+
+    tok = encode_arrays(model, sy, p)
+    a, b = run(model, tok, fmt), run(model, tok, fmt, device="cuda")
+    assert np.array_equal(a.logits, b.logits) and a.counts == b.counts

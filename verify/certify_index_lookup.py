@@ -240,10 +240,18 @@ def _gram(a, b, device) -> np.ndarray:
 # ------------------------------------------------------------------------------------------------
 
 
-def certify_index_lookup(model: CompiledModel, fmt: Format, device: str = "cpu", run_fn=None) -> CertificateResult:
+def certify_index_lookup(model: CompiledModel, fmt: Format, device: str = "cpu", run_fn=None,
+                         method: str = "auto") -> CertificateResult:
     """Prove ``model`` answers IdxL correctly on all |Sigma|^N * N inputs under ``fmt``, or return a
-    counterexample, or say why it cannot (see the module docstring)."""
+    counterexample, or say why it cannot (see the module docstring).
+
+    ``method``: "histogram" (step 2 as described; CPU), "rows" (every query's rounded attention
+    row streamed in blocks with torch, on ``device``; needs integer-valued value vectors) or "auto"
+    (rows for codes without algebraic structure when the values are integers, else histograms).
+    """
     t0 = time.perf_counter()
+    if method not in ("auto", "histogram", "rows"):
+        raise ValueError(f"method must be 'auto', 'histogram' or 'rows', got {method!r}")
     if not fmt.is_exact:
         return CertificateResult(False, False, "certificates need an exact fixed-point format", None, 0, seconds=0.0)
     W = model.weights_raw(fmt)
@@ -252,7 +260,6 @@ def certify_index_lookup(model: CompiledModel, fmt: Format, device: str = "cpu",
     except PreconditionFailed as e:
         return CertificateResult(False, False, f"precondition failed: {e}", None, 0,
                                  seconds=time.perf_counter() - t0)
-    levels, hist, cls = level_histograms(lay.code, lay.n, device)
     k = lay.k
 
     # step 3: logits per level (sum of rounded products, saturated once), then the softmax row
@@ -269,36 +276,62 @@ def certify_index_lookup(model: CompiledModel, fmt: Format, device: str = "cpu",
             return np.clip(agree * same + (k - agree) * cross, fmt.min_raw, fmt.max_raw)
         return np.clip(I * same, fmt.min_raw, fmt.max_raw)  # 0/1 entries: I coordinates are both 1
 
-    l_levels = logit(levels)
     l_target = int(logit(np.array([kappa]))[0])
     l_query = 0
-    C = hist.shape[0]
-    present = hist > 0
-    lmax = np.maximum(np.max(np.where(present, l_levels[None, :], fmt.min_raw), axis=1), max(l_target, l_query))
-    e_lv = np.asarray(fmt.exp(fmt.sub(np.broadcast_to(l_levels, (C, len(levels))).copy(), lmax[:, None])))
-    e_t = np.asarray(fmt.exp(fmt.sub(np.full(C, l_target), lmax)))
-    e_q = np.asarray(fmt.exp(fmt.sub(np.full(C, l_query), lmax)))
-    Z = (hist.astype(object) * e_lv.astype(object)).sum(axis=1) + e_t.astype(object) + e_q.astype(object)
-    Z = _clamp_obj(fmt, Z)
-    a_lv = np.asarray(fmt.div(e_lv, Z[:, None]))
-    a_t = np.asarray(fmt.div(e_t, Z))
-    a_q = np.asarray(fmt.div(e_q, Z))
 
-    # step 4: value ranges. V(t) for symbols (token-only), V(query) = b_V
+    # step 4 (inputs): V(t) for symbols (token-only), V(query) = b_V
     syms = model.embed.raw(np.arange(lay.S), fmt)
     W_V, b_V = W["blocks.0.attn.W_V"][0], W["blocks.0.attn.b_V"][0]
     V = np.asarray(fmt.add(fmt.matmul(syms, W_V), b_V))  # [S, dh]
     Vq = b_V
     vmin, vmax = V.min(axis=0), V.max(axis=0)
     if np.any(V < 0) or np.any(Vq < 0):
-        return CertificateResult(False, False, "precondition failed: value vectors must be >= 0", None, C,
+        return CertificateResult(False, False, "precondition failed: value vectors must be >= 0", None, 0,
                                  seconds=time.perf_counter() - t0)
-    # sum over other positions of r(a_level, v), exact ints [C, dh]
-    def others(vvec):
-        prods = _r(fmt, a_lv[:, :, None], vvec[None, None, :])  # [C, L, dh]
-        return (hist[:, :, None].astype(object) * prods.astype(object)).sum(axis=1)
 
-    rest_lo, rest_hi = others(vmin), others(vmax)
+    integer_values = not (np.any(V % fmt.scale) or np.any(Vq % fmt.scale))
+    use_rows = method == "rows" or (method == "auto" and integer_values
+                                    and getattr(lay.code, "family", None) not in ("reed-solomon", "onehot"))
+    if use_rows:
+        # step 2-3 without histograms: exact rounded rows streamed per block of queries
+        if np.any(V % fmt.scale) or np.any(Vq % fmt.scale):
+            return CertificateResult(False, False, "precondition failed: the row method needs integer values", None, 0,
+                                     seconds=time.perf_counter() - t0)
+        table = logit(np.arange(-k, k + 1))
+        a_t_rows, a_q_rows, sum_rows = row_stats(lay.code, lay.n, table, l_target, fmt, device)
+        stats = np.stack([a_t_rows, a_q_rows, sum_rows], axis=1)
+        uniq, cls = np.unique(stats, axis=0, return_inverse=True)
+        cls = cls.reshape(-1)
+        a_t, a_q, sum_a = (uniq[:, i] for i in range(3))
+        C = len(uniq)
+        rest_lo = sum_a.astype(object)[:, None] * (vmin // fmt.scale).astype(object)[None, :]
+        rest_hi = sum_a.astype(object)[:, None] * (vmax // fmt.scale).astype(object)[None, :]
+        details_extra = {"method": "rows", "device": device}
+        rest_weight_max = int(sum_a.max())
+    else:
+        levels, hist, cls = level_histograms(lay.code, lay.n, device)
+        l_levels = logit(levels)
+        C = hist.shape[0]
+        present = hist > 0
+        lmax = np.maximum(np.max(np.where(present, l_levels[None, :], fmt.min_raw), axis=1), max(l_target, l_query))
+        e_lv = np.asarray(fmt.exp(fmt.sub(np.broadcast_to(l_levels, (C, len(levels))).copy(), lmax[:, None])))
+        e_t = np.asarray(fmt.exp(fmt.sub(np.full(C, l_target), lmax)))
+        e_q = np.asarray(fmt.exp(fmt.sub(np.full(C, l_query), lmax)))
+        Z = (hist.astype(object) * e_lv.astype(object)).sum(axis=1) + e_t.astype(object) + e_q.astype(object)
+        Z = _clamp_obj(fmt, Z)
+        a_lv = np.asarray(fmt.div(e_lv, Z[:, None]))
+        a_t = np.asarray(fmt.div(e_t, Z))
+        a_q = np.asarray(fmt.div(e_q, Z))
+
+        # sum over other positions of r(a_level, v), exact ints [C, dh]
+        def others(vvec):
+            prods = _r(fmt, a_lv[:, :, None], vvec[None, None, :])  # [C, L, dh]
+            return (hist[:, :, None].astype(object) * prods.astype(object)).sum(axis=1)
+
+        rest_lo, rest_hi = others(vmin), others(vmax)
+        details_extra = {"method": "histogram", "levels": levels.tolist() if len(levels) <= 16 else len(levels)}
+        rest_weight_max = int((hist.astype(object) * a_lv.astype(object)).sum(axis=1).max())
+
     own = _r(fmt, a_t[:, None, None], V[None, :, :]).astype(object)  # [C, S, dh]
     qv = _r(fmt, a_q[:, None], Vq[None, :]).astype(object)  # [C, dh]
     z_lo = _clamp_obj(fmt, own + (qv + rest_lo)[:, None, :])
@@ -314,11 +347,11 @@ def certify_index_lookup(model: CompiledModel, fmt: Format, device: str = "cpu",
     min_margin = Fraction(int(margin.min())) * fmt.step
     details = {
         "k": k,
-        "levels": levels.tolist(),
         "classes": C,
         "eta_logit": str(fmt.to_fraction(l_target)),
         "min_target_weight": str(fmt.to_fraction(int(a_t.min()))),
-        "max_rest_weight": str(fmt.to_fraction(int((hist.astype(object) * a_lv.astype(object)).sum(axis=1).max()))),
+        "max_rest_weight": str(fmt.to_fraction(rest_weight_max)),
+        **details_extra,
     }
     if min_margin > 0:
         return CertificateResult(True, True, "proved for all inputs", min_margin, C, None, details,
@@ -447,3 +480,84 @@ def _post_attention_margins(model, fmt: Format, W: dict[str, np.ndarray], z_lo: 
         loose_m = (lo_log[:, sp, sp][:, None] - hi_log[:, sp, :][:, others]).min(axis=1)
         margin[:, sp] = np.where(exact[:, sp], exact_m, loose_m)
     return margin
+
+
+# ------------------------------------------------------------------------------------------------
+# step 2-3, streamed: exact rounded attention rows for every query (torch, CPU or CUDA)
+# ------------------------------------------------------------------------------------------------
+
+
+def row_stats(code: Any, n: int, logit_table: np.ndarray, l_target: int, fmt: Format, device: str = "cpu",
+              block: int | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """For every query p: the rounded weight on its target, on the query itself, and the exact sum
+    of the rounded weights on the other n-1 positions (raw values of ``fmt``), each as numpy [n].
+
+    ``logit_table[I + k]`` is the logit for integer inner product I. Rows are computed in blocks:
+    Gram block (exact: +-1 entries, fp32 accumulation, k < 2^24) -> logits by table lookup ->
+    rounded exponentials by table lookup (``fmt.exp`` of every level, relative to the row max) ->
+    exact int64 sum Z -> per-row table of ``fmt.div(e_level, Z)`` -> gather and exact sum. Rows
+    whose maximum is not the target (a repeated code vector) use their own row maximum.
+    """
+    import torch
+
+    k = int(code.k)
+    dev = torch.device(device)
+    lt = np.asarray(logit_table, dtype=np.int64)
+    if np.any(np.diff(lt) < 0):
+        raise PreconditionFailed("logits must be non-decreasing in the inner product")
+    block = block or max(1, min(n, (1 << 29) // n if device == "cuda" else (1 << 24) // n))
+    nums = np.asarray(code.numerators(np.arange(n)), dtype=np.int8)
+    small = fmt.max_raw < 2**31 and fmt.min_raw > -(2**31)
+    tdt = torch.int32 if small else torch.int64
+    if dev.type == "cuda":  # int8 tensor cores, int32 accumulation: exact; pad k and rows to multiples of 8
+        kp = -(-k // 8) * 8
+        all_num = torch.zeros((n, kp), dtype=torch.int8, device=dev)
+        all_num[:, :k] = torch.as_tensor(nums, device=dev)
+        all_t = all_num.T  # [kp, n], column-major: the layout _int_mm wants for its second operand
+
+        def gram(rows: np.ndarray):
+            a = all_num[torch.as_tensor(rows, device=dev)]
+            pad = (-len(rows)) % 8 + (16 if len(rows) <= 16 else 0)
+            if pad:
+                a = torch.cat([a, torch.zeros((pad, kp), dtype=torch.int8, device=dev)])
+            return torch._int_mm(a, all_t)[: len(rows)]
+    else:
+        all_num = torch.as_tensor(nums, device=dev).to(torch.float32)
+
+        def gram(rows: np.ndarray):  # fp32 accumulation of +-1 products is exact for k < 2^24
+            return (all_num[torch.as_tensor(rows, device=dev)] @ all_num.T).round_().to(torch.int32)
+    a_t_out, a_q_out, sum_out = (np.zeros(n, dtype=np.int64) for _ in range(3))
+    cache: dict[int, tuple] = {}
+
+    def tables(lmax: int):
+        if lmax not in cache:
+            e_lv = np.asarray(fmt.exp(fmt.sub(lt, np.int64(lmax))))
+            e_t = int(np.asarray(fmt.exp(fmt.sub(np.array([l_target]), np.int64(lmax))))[0])
+            e_q = int(np.asarray(fmt.exp(fmt.sub(np.array([0]), np.int64(lmax))))[0])
+            cache[lmax] = (torch.as_tensor(e_lv, device=dev).to(tdt), e_lv, e_t, e_q)
+        return cache[lmax]
+
+    for s in range(0, n, block):
+        rows = np.arange(s, min(n, s + block))
+        G = gram(rows)  # [b, n] int32, exact
+        r_idx = torch.as_tensor(rows, device=dev)
+        G[torch.arange(len(rows), device=dev), r_idx] = -k - 1  # self: excluded below
+        rowmax = G.max(dim=1).values.cpu().numpy()
+        lmax_rows = np.maximum(lt[np.clip(rowmax, -k, k) + k], max(l_target, 0))
+        for lmax in np.unique(lmax_rows):
+            sel = np.flatnonzero(lmax_rows == lmax)
+            e_dev, e_lv, e_t, e_q = tables(int(lmax))
+            Gs = G if len(sel) == len(rows) else G[torch.as_tensor(sel, device=dev)]
+            valid = Gs >= -k
+            idx = (Gs + k).clamp_(min=0).to(torch.int64)
+            e = torch.where(valid, e_dev[idx], torch.zeros((), dtype=tdt, device=dev))
+            Z = e.sum(dim=1, dtype=torch.int64).cpu().numpy().astype(object) + e_t + e_q
+            Z = _clamp_obj(fmt, Z)
+            a_tab = np.asarray(fmt.div(np.broadcast_to(e_lv, (len(sel), len(e_lv))).copy(), Z[:, None]))
+            a_tab_dev = torch.as_tensor(a_tab, device=dev).to(tdt)
+            a = torch.gather(a_tab_dev, 1, idx)
+            sums = torch.where(valid, a, torch.zeros((), dtype=tdt, device=dev)).sum(dim=1, dtype=torch.int64).cpu().numpy()
+            a_t_out[rows[sel]] = np.asarray(fmt.div(np.full(len(sel), e_t), Z))
+            a_q_out[rows[sel]] = np.asarray(fmt.div(np.full(len(sel), e_q), Z))
+            sum_out[rows[sel]] = sums
+    return a_t_out, a_q_out, sum_out
