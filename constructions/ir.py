@@ -432,6 +432,20 @@ class CompiledModel:
             raise IRError(f"unknown weight name {name!r}")
         return new
 
+    def to_torch(self, dtype: Any = None, device: Any = None):
+        """A torch.nn.Module for the float forward pass (see :mod:`exactformer.constructions.export`)."""
+        from exactformer.constructions.export import to_torch
+
+        import torch
+
+        return to_torch(self, dtype=dtype or torch.float64, device=device)
+
+    def to_transformer_lens(self, dtype: Any = None, device: Any = None):
+        """A TransformerLens 4.x bridge running this model (optional extra ``[lens]``)."""
+        from exactformer.constructions.export import to_transformer_lens
+
+        return to_transformer_lens(self, dtype=dtype, device=device)
+
     def weights_raw(self, fmt: Format) -> dict[str, np.ndarray]:
         """Every non-embedding weight as raw values of ``fmt`` (checked exact)."""
         return {k: t.raw(fmt) for k, t in self.tensors().items()}
