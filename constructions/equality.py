@@ -27,8 +27,8 @@ itself) or i - N/2 (i >= N/2). The residual stream has d_model = 4 + 2k columns:
   (exactly 1/N when N is a power of two and the step is <= 1/N); V(j) = m_j -> column z, so
   z = a * #{i : x_i != x_{i+N/2}} at the last position.
 * MLP 2 is zero; the readout thresholds z at > 0:  logit_INEQ = c z,  logit_EQ = c a / 2 with
-  the power of two c = 2^ceil(log2(1/a)) (so answer INEQ iff z >= a, i.e. iff some pair differs;
-  margin c a / 2 >= 1/2).
+  the largest power of two c <= 1/a (so answer INEQ iff z >= a, i.e. iff some pair differs;
+  margin c a / 2, = 1/2 when a = 1/N).
 
 ``equality(n)`` answers EQ, ``inequality(n)`` answers INEQ (same weights, readout columns swapped).
 """
@@ -188,21 +188,21 @@ def readout(fmt: Format, T: int, b: int = 0) -> tuple[Fraction, int, Fraction]:
 
     The readout compares logit_yes = c * z (z = a * S, S the number of true features) with
     logit_no = (2b + 1) * c * a / 2, so the answer is "yes" iff S >= b + 1, with margin c*a/2.
-    c = 2^ceil(log2(1/a)) is a power of two (c * z is exact), so c * a lies in [1, 2) and the
-    weights do not depend on the step (every format with a > 0 runs the same weights).
-    Float formats: a = 1/T nominally, c = 2^ceil(log2 T), logit_no = (2b+1) c / (2T) rounded to
+    c is the largest power of two with c <= 1/a and c <= the format's maximum (so c * z is exact
+    and c * a lies in (1/2, 1] unless the maximum caps it; c = T when the average is unsaturated and
+    a = 1/T). The weights do not depend on the step beyond a: every format with a > 0 runs them.
+    Float formats: a = 1/T nominally, c = 2^floor(log2 T), logit_no = (2b+1) c / (2T) rounded to
     a double."""
     if not fmt.is_exact:
-        c = 1 << (T - 1).bit_length()
+        c = 1 << (T.bit_length() - 1)
         return Fraction(1, T), c, Fraction(float(Fraction((2 * b + 1) * c, 2 * T)))
     a = uniform_weight(fmt, T)
     if a <= 0:
         return a, 0, Fraction(0)
-    c = 1 << max(0, math.ceil(math.log2(1 / a)) if a < 1 else 0)
-    while Fraction(1, c) > a:  # exact ceil(log2(1/a)) (float log2 may be off by one)
+    cap = min(1 / a, fmt.to_fraction(np.array([fmt.max_raw]))[0])
+    c = 1
+    while 2 * c <= cap:
         c <<= 1
-    while c > 1 and Fraction(2, c) <= a:
-        c >>= 1
     return a, c, (2 * b + 1) * c * a / 2
 
 
@@ -439,7 +439,7 @@ def equality(
         "Kc": Param(None if kc is None else round(kc, 6), "App. B.2 constant of the format: step = N^-Kc"),
         "eta_paper": Param(None if kc is None else round(paper_eta(n, kc), 6), "ln N + Kc ln(2N) (App. F.2)"),
         "uniform_weight": Param(a, "a = div(e(0), sat(N e(0))) under the format (= 1/N when unsaturated and on the grid)"),
-        "readout_gain": Param(c, "c = 2^ceil(log2(1/a))"),
+        "readout_gain": Param(c, "c = largest power of two <= min(1/a, max)"),
         "readout": Param(f"logit_INEQ = {c} z, logit_EQ = {l0}", "c*z vs c*a/2: INEQ iff z >= a iff some pair differs (margin c*a/2)"),
         "d_model": Param(4 + 2 * k, "4 + 2k (paper: 2 + 2k; y and z get their own columns)"),
         "d_head": Param(k + 1, "k + 1 (layer 1: code plus the constant of [T, 1] / [T, -1/2])"),

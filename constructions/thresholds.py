@@ -25,8 +25,8 @@ feature). T(0..N) is a position code of dimension r (signs; 1/r folded into W_Q)
   tolerates |y_h - x| <= 1/(2 r_tau).
 * layer 2, one head, query 0: uniform weight a = round(1/(N+1)), V = g -> column z = a * S,
   S = sum_j g_j.
-* readout: logit_1 = c z, logit_0 = (2b + 1) c a / 2 with the power of two c = 2^ceil(log2(1/a)),
-  so the answer is 1 iff S >= b + 1 (margin c a / 2 >= 1/2).
+* readout: logit_1 = c z, logit_0 = (2b + 1) c a / 2 with the largest power of two c <= 1/a,
+  so the answer is 1 iff S >= b + 1 (margin c a / 2).
 
 Shortcuts: ``disjointness(n)`` (DISJ(x) = 1 iff no i <= N/2 has x_i = x_{i+N/2} = 1: the 2-CNF
 AND_i NAND(x_i, x_{i+N/2}), i.e. Th_{N/2-1} of NAND features), ``k_dnf(n, terms)`` (OR of ANDs of
@@ -314,7 +314,7 @@ def threshold_features(
         "Kc": Param(None if kc is None else round(kc, 6), "App. B.2 constant of the format: step = (N+1)^-Kc"),
         "eta_paper": Param(None if kc is None else round(paper_eta(T, kc), 6), "ln N + Kc ln(2N) (App. F.2, N -> N+1)"),
         "uniform_weight": Param(a, "a = div(e(0), sat((N+1) e(0))) under the format"),
-        "readout_gain": Param(c, "c = 2^ceil(log2(1/a))"),
+        "readout_gain": Param(c, "c = largest power of two <= min(1/a, max)"),
         "readout": Param(f"logit_1 = {c} z, logit_0 = (2b+1) c a / 2 = {l0}", "answer 1 iff S = z/a >= b + 1 (margin c a / 2)"),
         "d_model": Param(model.d_model, "3 + k + r(k + 1) + (G if G >= 2 else 0)"),
         "d_head": Param(r, "r (layer 1); 1 (layer 2)"),

@@ -152,7 +152,8 @@ def test_ground_truth_and_sources():
 
 CASES = [(2, "auto", None), (4, "auto", None), (6, "reed-solomon", None), (8, "random", None),
          (10, "reed-solomon", None), (10, "reed-solomon", "threshold"), (10, "reed-solomon", 1),
-         (12, "reed-solomon", 1), (12, "reed-solomon", 2), (12, "auto", None), (8, "reed-solomon", "paper")]
+         (12, "reed-solomon", 1), (12, "reed-solomon", 2), (12, "auto", None), (8, "reed-solomon", "paper"),
+         (12, "reed-solomon", "saturated"), (10, "reed-solomon", "saturated")]
 
 
 @pytest.mark.parametrize("n,family,eta", CASES)
@@ -162,6 +163,8 @@ def test_certificate_agrees_with_exhaustive(n, family, eta, eq):
     kw = {}
     if eta == "paper":
         kw["precision"] = f"paper:n={n},kc=2"
+    elif eta == "saturated":  # the layer-2 softmax sum N e(0) saturates at the format's maximum 8 - 1/16
+        kw["precision"] = "binary:int=3,frac=4"
     elif eta is not None:
         kw["eta"] = eta
     if isinstance(eta, int):

@@ -813,3 +813,135 @@ def smallest_certified_eta(build: Callable[[Fraction], CompiledModel], fmt: Form
         else:
             lo = mid
     return unit * hi, sorted(j for j, v in ok.items() if v)
+
+
+# ------------------------------------------------------------------------------------------------
+# tables for docs/equality.md and docs/thresholds.md (python -m exactformer.verify.certify_two_layer)
+# ------------------------------------------------------------------------------------------------
+
+
+def _builders() -> dict[str, Callable[..., CompiledModel]]:
+    from exactformer.constructions import equality as eqm
+    from exactformer.constructions import thresholds as thm
+
+    return {"equality": eqm.equality, "inequality": eqm.inequality, "disjointness": thm.disjointness,
+            "dnf": thm.k_dnf, "cnf": thm.k_cnf, "threshold": thm.threshold_features}
+
+
+def size_table(kind: str, lo: int, hi: int, certify_up_to: int = 20) -> str:
+    """Markdown size table for N = 2^lo .. 2^hi (default builder settings), certified up to
+    2^certify_up_to. Every number is computed here."""
+    from exactformer.precision import parse_format
+
+    build = _builders()[kind]
+    head = ("| N | code (family, k) | mu | eta used | eta paper | Kc | precision | p (bits) | d_model | width | "
+            "d_mlp | heads | parameters | size (bits) | certificate | build s | certify s |")
+    rows = [head, "|" + "---|" * 17]
+    for e in range(lo, hi + 1):
+        n = 1 << e
+        t0 = time.perf_counter()
+        m = build(n)
+        tb = time.perf_counter() - t0
+        P = m.params
+        fmt = parse_format(m.precision)
+        cert, tc = "-", 0.0
+        if e <= certify_up_to:
+            t1 = time.perf_counter()
+            r = certify_two_layer(m, fmt)
+            tc = time.perf_counter() - t1
+            cert = ("proved, one-hot" if r.details.get("one_hot") else "proved") if r.passed else "FAILED: " + r.reason
+        heads = "+".join(str(b.attn.n_heads) for b in m.blocks)
+        rows.append(f"| 2^{e} | {m.code.family}, {P['k'].value} | {P['mu'].value} | {P['eta'].value} (= {float(P['eta'].value):.4g}) | "
+                    f"{P['eta_paper'].value:.4g} | {P['Kc'].value:.3g} | {m.precision} | {P['precision_bits'].value} | "
+                    f"{m.d_model} | {m.width} | {m.d_mlp} | {heads} | {m.parameter_count()} | {P['size_bits'].value} | "
+                    f"{cert} | {tb:.2f} | {tc:.2f} |")
+    return "\n".join(rows)
+
+
+def eta_precision_table(kind: str, lo: int, hi: int, positions: str = "reed-solomon") -> str:
+    """Per N: the builder's eta (one-hot), the threshold-mode eta, the paper's eta, the smallest eta
+    that certifies (in the default precision), and the fewest-bit binary format that certifies
+    with the builder's own eta for that format."""
+    from exactformer.constructions.equality import gram_scale
+    from exactformer.constructions.position_codes import position_codes
+    from exactformer.precision import FixedPoint, parse_format
+
+    build = _builders()[kind]
+    rows = ["| N | k | default precision | eta one-hot (default) | eta threshold | eta paper | smallest certified eta | "
+            "checked | fewest-bit certified format | its eta | default bits |", "|" + "---|" * 11]
+    for e in range(lo, hi + 1):
+        n = 1 << e
+        T = n + 1 if kind in ("disjointness", "dnf", "cnf", "threshold") else n
+        code = position_codes(T, family=positions)
+        m = build(n, positions=code)
+        fmt = parse_format(m.precision)
+        unit = fmt.step / gram_scale(code)
+        j_hi = int(m.params["eta"].value / unit)
+        if j_hi <= 256:  # full downward scan: smallest eta from which every larger grid eta certifies
+            j_min, checked = j_hi, "full scan"
+            for j in range(j_hi - 1, 0, -1):
+                if not certify_two_layer(build(n, positions=code, precision=fmt, eta=unit * j), fmt).passed:
+                    break
+                j_min = j
+            eta_min = unit * j_min
+        else:
+            eta_min, ok = smallest_certified_eta(lambda eta: build(n, positions=code, precision=fmt, eta=eta),
+                                                 fmt, unit, j_hi)
+            checked = "bisection"
+        best = None
+        for p in range(2, 64):
+            for frac in range(1, p):
+                f = FixedPoint.binary(int_bits=p - frac, frac_bits=frac)
+                try:
+                    mm = build(n, positions=code, precision=f)
+                except ValueError:
+                    continue
+                if certify_two_layer(mm, f).passed:
+                    best = (f, mm.params["eta"].value)
+                    break
+            if best:
+                break
+        rows.append(f"| 2^{e} | {code.k} | {m.precision} | {m.params['eta'].value} | {m.params['eta_threshold'].value} | "
+                    f"{m.params['eta_paper'].value:.4g} | {eta_min} (= {float(eta_min):.4g}) | {checked} | "
+                    f"{best[0].name if best else '-'} ({best[0].bits if best else '-'} bits) | {best[1] if best else '-'} | "
+                    f"{fmt.bits} |")
+    return "\n".join(rows)
+
+
+def _write_block(path: str, tag: str, md: str) -> None:
+    import re
+    from pathlib import Path
+
+    doc = Path(path)
+    text = doc.read_text()
+    block = f"<!-- TABLE:{tag} -->\n{md}\n<!-- /TABLE:{tag} -->"
+    pat = re.compile(rf"<!-- TABLE:{re.escape(tag)} -->.*?<!-- /TABLE:{re.escape(tag)} -->", re.S)
+    if not pat.search(text):
+        raise SystemExit(f"{path}: no <!-- TABLE:{tag} --> ... <!-- /TABLE:{tag} --> markers")
+    doc.write_text(pat.sub(lambda _: block, text))
+
+
+def main(argv: list[str] | None = None) -> None:
+    """python -m exactformer.verify.certify_two_layer {sizes,eta} KIND [--min-log-n 4] [--max-log-n 20]
+    [--certify-up-to 20] [--write DOC]"""
+    import argparse
+
+    ap = argparse.ArgumentParser(prog="python -m exactformer.verify.certify_two_layer")
+    ap.add_argument("table", choices=["sizes", "eta"])
+    ap.add_argument("kind", choices=sorted(_builders()))
+    ap.add_argument("--min-log-n", type=int, default=4)
+    ap.add_argument("--max-log-n", type=int, default=20)
+    ap.add_argument("--certify-up-to", type=int, default=20)
+    ap.add_argument("--write", default=None, help="replace the <!-- TABLE:{table}-{kind} --> block in this file")
+    a = ap.parse_args(argv)
+    if a.table == "sizes":
+        md = size_table(a.kind, a.min_log_n, a.max_log_n, a.certify_up_to)
+    else:
+        md = eta_precision_table(a.kind, a.min_log_n, a.max_log_n)
+    print(md)
+    if a.write:
+        _write_block(a.write, f"{a.table}-{a.kind}", md)
+
+
+if __name__ == "__main__":
+    main()

@@ -241,38 +241,110 @@ class ThresholdTask(_BooleanTask):
         return encode_arrays(model, x)
 
     def with_count(self, model: CompiledModel, targets: np.ndarray, rng: np.random.Generator,
-                   steps: int | None = None) -> tuple[np.ndarray, np.ndarray]:
-        """Seeded local search for inputs whose feature count S equals ``targets`` [R].
+                   rounds: int = 4) -> tuple[np.ndarray, np.ndarray]:
+        """Seeded search for inputs whose feature count S equals ``targets`` [R].
 
-        Start from inputs of random density; repeatedly flip one random bit per unsolved row,
-        keeping flips that do not move S away from the target (and 5% of the others). Returns
-        (x [R, N], found [R] bool). Best effort: exact counts can be NP-hard to reach (e.g. CNF
-        satisfiability), so callers use what is found."""
+        1. Bisection along a random path: draw u and v (random densities) and a random order of the
+           bits; x(t) takes v's first t bits (in that order) and u's others. When S(u) and S(v) lie
+           on both sides of the target, bisection on t finds adjacent t, t + 1 whose counts straddle
+           it, so S(x(t)) is within one bit's degree (features per bit) of the target.
+        2. Finish by best single flips (exact deltas from the bit -> features incidence), with a
+           random flip when no flip improves.
+        Returns (x [R, N], found [R] bool). Best effort: exact counts can be NP-hard to reach (e.g.
+        all clauses of a CNF true), so callers use what is found."""
         from exactformer.constructions.thresholds import feature_values
 
         idx, ft, types, _ = self._spec(model)
         n = model.n
         targets = np.asarray(targets, dtype=np.int64)
         R = len(targets)
-        x = (rng.random((R, n)) < rng.random((R, 1))).astype(np.int64)
-        S = feature_values(idx, ft, types, x).sum(axis=1)
-        steps = steps if steps is not None else 20 * n + 200
-        rows = np.arange(R)
-        for _ in range(steps):
-            act = np.flatnonzero(S != targets)
-            if not act.size:
+        S_of = lambda x: feature_values(idx, ft, types, x).sum(axis=1)  # noqa: E731
+        best = (rng.random((R, n)) < 0.5).astype(np.int64)
+        found = np.zeros(R, dtype=bool)
+        for _ in range(rounds):
+            todo = np.flatnonzero(~found)
+            if not todo.size:
                 break
-            j = rng.integers(0, n, size=act.size)
-            x2 = x[act].copy()
-            x2[np.arange(act.size), j] ^= 1
-            S2 = feature_values(idx, ft, types, x2).sum(axis=1)
-            d_old = np.abs(S[act] - targets[act])
-            d_new = np.abs(S2 - targets[act])
-            keep = (d_new <= d_old) | (rng.random(act.size) < 0.05)
-            sel = act[keep]
-            x[sel] = x2[keep]
-            S[sel] = S2[keep]
-        return x, S == targets
+            r = len(todo)
+            u = (rng.random((r, n)) < rng.random((r, 1))).astype(np.int64)
+            v = (rng.random((r, n)) < rng.random((r, 1))).astype(np.int64)
+            if rng.random() < 0.5:
+                u[: r // 2], v[: r // 2] = 0, 1  # the extreme path all-0 -> all-1 for half of the rows
+            rank = np.argsort(rng.random((r, n)), axis=1).argsort(axis=1)
+            tgt = targets[todo]
+            lo, hi = np.zeros(r, dtype=np.int64), np.full(r, n, dtype=np.int64)
+            s_lo, s_hi = S_of(u) - tgt, S_of(v) - tgt
+            ok = np.sign(s_lo) * np.sign(s_hi) <= 0
+            while np.any(ok & (hi - lo > 1)):
+                mid = (lo + hi) // 2
+                s_mid = S_of(np.where(rank < mid[:, None], v, u)) - tgt
+                go_hi = np.sign(s_mid) * np.sign(s_lo) > 0  # same side as lo: move lo up
+                act = ok & (hi - lo > 1)
+                lo = np.where(act & go_hi, mid, lo)
+                s_lo = np.where(act & go_hi, s_mid, s_lo)
+                hi = np.where(act & ~go_hi, mid, hi)
+                s_hi = np.where(act & ~go_hi, s_mid, s_hi)
+            t = np.where(np.abs(s_lo) <= np.abs(s_hi), lo, hi)
+            x = np.where(rank < t[:, None], v, u)
+            x = self._finish(model, x, tgt, rng)
+            hit = S_of(x) == tgt
+            best[todo[hit]] = x[hit]
+            found[todo[hit]] = True
+        return best, found
+
+    def _finish(self, model, x, targets, rng, steps: int = 24) -> np.ndarray:
+        """Best single flips toward the targets (exact deltas via the incidence of bits in features)."""
+        from exactformer.constructions.thresholds import feature_values
+
+        idx, ft, types, _ = self._spec(model)
+        n, m = model.n, len(ft)
+        if not m:
+            return x
+        # incidence: features containing each bit, padded with -1
+        rows_f = np.repeat(np.arange(m), idx.shape[1])
+        vars_ = idx.reshape(-1) - 1
+        keep = vars_ >= 0
+        rows_f, vars_ = rows_f[keep], vars_[keep]
+        order = np.argsort(vars_, kind="stable")
+        rows_f, vars_ = rows_f[order], vars_[order]
+        deg = np.bincount(vars_, minlength=n)
+        D = max(1, int(deg.max()) if deg.size else 1)
+        inc = np.full((n, D), -1, dtype=np.int64)
+        slot = np.arange(len(vars_)) - np.repeat(np.cumsum(deg) - deg, deg)
+        inc[vars_, slot] = rows_f
+        x = x.copy()
+        for i in range(len(x)):
+            for _ in range(steps):
+                g = feature_values(idx, ft, types, x[i : i + 1])[0]
+                S = int(g.sum())
+                if S == targets[i]:
+                    break
+                # value of every incident feature with bit j flipped
+                fl = np.repeat(x[i : i + 1], n, axis=0)
+                fl[np.arange(n), np.arange(n)] ^= 1
+                f_ids = inc.reshape(-1)
+                valid = f_ids >= 0
+                new_vals = np.zeros(n * D, dtype=np.int64)
+                rows = np.repeat(np.arange(n), D)[valid]
+                sub_idx, sub_ft = idx[f_ids[valid]], ft[f_ids[valid]]
+                for tau, (ar, table) in enumerate(types):
+                    sel = sub_ft == tau
+                    if not np.any(sel):
+                        continue
+                    code = np.zeros(int(sel.sum()), dtype=np.int64)
+                    for h in range(ar):
+                        code = code * 2 + fl[rows[sel], sub_idx[sel, h] - 1]
+                    tmp = np.zeros(int(valid.sum()), dtype=np.int64)
+                    tmp[sel] = np.asarray(table, dtype=np.int64)[code]
+                    new_vals[np.flatnonzero(valid)[sel]] = tmp[sel]
+                old_vals = np.where(valid, g[np.maximum(f_ids, 0)], 0)
+                delta = (new_vals - old_vals).reshape(n, D).sum(axis=1)
+                dist = np.abs(S + delta - targets[i])
+                cand = np.flatnonzero(dist == dist.min())
+                if dist.min() >= abs(S - targets[i]):
+                    cand = np.arange(n)  # stuck: random flip
+                x[i, int(rng.choice(cand))] ^= 1
+        return x
 
     def _adversarial_round(self, model, rng):
         """Inputs with exactly b and b + 1 true features and all their single-bit flips."""

@@ -1,0 +1,314 @@
+"""Thresholds of k-sparse features (Thm 13), Disjointness, k-DNF, k-CNF: builders, ground truths,
+exhaustive == certificate, mutants."""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import itertools
+from fractions import Fraction
+
+import numpy as np
+import pytest
+
+from exactformer.constructions import registry
+from exactformer.constructions import thresholds as th
+from exactformer.constructions.equality import CodeView, gram_scale
+from exactformer.constructions.ir import CodeBlock, ExactTensor
+from exactformer.constructions.position_codes import position_codes
+from exactformer.precision import FixedPoint, parse_format
+from exactformer.verify import certificates as vcert
+from exactformer.verify import tasks as vtasks
+from exactformer.verify.certify_two_layer import certify_two_layer
+from exactformer.verify.executor import run
+from exactformer.verify.tasks_boolean import TASKS_BOOLEAN
+from exactformer.verify.verifier import verify
+
+
+
+def wire() -> None:
+    """Register the Boolean constructions (until the lead wires them in registry/tasks/certificates)."""
+    for name, module, builder in (("equality", "equality", "equality"), ("inequality", "equality", "inequality"),
+                                  ("threshold", "thresholds", "threshold_features"),
+                                  ("disjointness", "thresholds", "disjointness"), ("dnf", "thresholds", "k_dnf"),
+                                  ("cnf", "thresholds", "k_cnf")):
+        if name not in registry.names():
+            registry.register(name, f"exactformer.constructions.{module}", builder)
+    for name, task in TASKS_BOOLEAN.items():
+        vtasks.TASKS.setdefault(name, task)
+        vcert.CERTIFIERS.setdefault(name, certify_two_layer)
+
+
+wire()
+
+
+def all_bits(n):
+    return np.array(list(itertools.product([0, 1], repeat=n)), dtype=np.int64)
+
+
+def py_truth(model, x):
+    """Ground truth computed the slow, obvious way (independent of tasks_boolean)."""
+    kind, n = model.construction, model.n
+    out = []
+    for r in x.tolist():
+        if kind == "disjointness":
+            out.append(int(not any(r[i] and r[i + n // 2] for i in range(n // 2))))
+        elif kind in ("dnf", "cnf"):
+            cl = model.task_params["clauses"]
+            lit = lambda v: r[abs(v) - 1] == (1 if v > 0 else 0)  # noqa: E731
+            out.append(int(any(all(lit(v) for v in c) for c in cl)) if kind == "dnf"
+                       else int(all(any(lit(v) for v in c) for c in cl)))
+        else:
+            tp = model.task_params
+            S = 0
+            for idx, t in zip(np.asarray(tp["feature_index"]).tolist(), np.asarray(tp["feature_type"]).tolist()):
+                if t < 0:
+                    continue
+                ar, table = tp["types"][t]
+                bits = [r[v - 1] for v in idx[:ar]]
+                S += table[int("".join(map(str, bits)), 2)] if bits else 0
+            out.append(int(S > tp["b"]))
+    return np.array(out, dtype=np.int64)
+
+
+def confirm(model, fmt, cex):
+    x = np.asarray([cex["input"]])
+    assert cex["expected"] == int(py_truth(model, x)[0])
+    assert run(model, th.encode_arrays(model, x), fmt).answers[0] != cex["expected"]
+
+
+def rs(n):
+    return position_codes(n, family="reed-solomon")
+
+
+MIXED = [([1, 2], [0, 1, 1, 0]), ([3], [1, 0]), ([], None), ([2, 4, 1], lambda a, b, c: int(a + b + c >= 2)),
+         ([5, 6], [0, 1, 1, 0]), ([6, 1], [1, 0, 0, 0])]
+
+
+def mixed(n=6, **kw):
+    feats = [(s, g) if g is not None else s for s, g in MIXED]
+    return th.threshold_features(n, feats, b=2, **kw)
+
+
+# ------------------------------------------------------------------------------------------------
+# builders and bad input
+# ------------------------------------------------------------------------------------------------
+
+
+def test_shapes_and_params():
+    m = th.disjointness(16, positions="reed-solomon")
+    r = m.params["k"].value
+    assert m.n_ctx == 17 and m.d_vocab == 3 and m.answers == [0, 1] and m.n_layers == 2
+    assert m.blocks[0].attn.n_heads == 2 and m.params["sparsity"].value == 2
+    assert m.d_model == 3 + 2 + r * 3 and m.params["b"].value == 7 and m.params["function_types"].value == 1
+    for key in ("eta", "eta_one_hot", "eta_paper", "uniform_weight", "readout", "precision_bits", "size_bits",
+                "d_model", "d_mlp", "heads"):
+        assert m.params[key].formula
+    fmt = parse_format(m.precision)
+    for t in m.tensors().values():
+        t.raw(fmt)
+    assert m.params["index_table_entries"].value == 0  # affine and constant runs only
+    mm = mixed()
+    assert mm.params["function_types"].value == 4 and mm.params["sparsity"].value == 3
+    assert mm.d_model == 3 + 3 + mm.params["k"].value * 4 + 4  # type columns for G >= 2
+
+
+def test_callable_and_table_g_agree():
+    a = th.threshold_features(6, [[1, 2], [3, 4], [5, 6]], b=1, g=[0, 1, 1, 0], positions="reed-solomon")
+    b = th.threshold_features(6, [[1, 2], [3, 4], [5, 6]], b=1, g=lambda x, y: x ^ y, positions="reed-solomon")
+    assert a.task_params["types"] == b.task_params["types"]
+    x = all_bits(6)
+    fmt = parse_format(a.precision)
+    assert run(a, th.encode_arrays(a, x), fmt).answers == run(b, th.encode_arrays(b, x), fmt).answers
+
+
+@pytest.mark.parametrize("call,word", [
+    (lambda: th.threshold_features(8, [[1, 9]], b=0, g=[0, 1, 1, 0]), r"index 9 out of range; indices must lie in \[1, n\]"),
+    (lambda: th.threshold_features(8, [[0, 1]], b=0, g=[0, 1, 1, 0]), r"must lie in \[1, n\]"),
+    (lambda: th.threshold_features(8, [[1, 2, 3]], b=0, g=[0] * 8, k=2), r"exceeds k = 2 \(allowed: \|I_j\| <= k\)"),
+    (lambda: th.threshold_features(8, [[1, 2]], b=2, g=[0, 1, 1, 0]), r"b must be an integer in \[0, m\]"),
+    (lambda: th.threshold_features(8, [[1, 2]], b=-1, g=[0, 1, 1, 0]), r"b must be an integer in \[0, m\]"),
+    (lambda: th.threshold_features(8, [[1, 1]], b=0, g=[0, 1, 1, 0]), "repeats an index"),
+    (lambda: th.threshold_features(8, [[1, 2]], b=0, g=[0, 1, 1]), "truth table has length 3"),
+    (lambda: th.threshold_features(8, [[1, 2]], b=0), "no g given"),
+    (lambda: th.threshold_features(2, [[1], [2], [1]], b=0, g=[0, 1]), r"number of features must lie in \[1, n\]"),
+    (lambda: th.threshold_features(8, [[1, 2]], b=0, g=[0, 1, 1, 0], k=9), r"k must be an integer in \[1, 8\]"),
+    (lambda: th.threshold_features(1), r"n must be an integer in \[2, 2\^22\]"),
+    (lambda: th.disjointness(7), r"n must be an even integer"),
+    (lambda: th.k_dnf(6, [[1, 0]]), "literal 0 out of range"),
+    (lambda: th.k_cnf(6, [[1, -7]]), "literal -7 out of range"),
+    (lambda: th.k_cnf(6, [[1, 2, 3]], k=2), "exceed k = 2"),
+    (lambda: th.k_dnf(6, [[1, -1]]), "repeats a variable"),
+    (lambda: th.k_dnf(2, [[1], [2], [-1]]), "at most n = 2 terms"),
+    (lambda: th.disjointness(8, b=1), "takes no 'b'"),
+])
+def test_bad_parameters(call, word):
+    with pytest.raises(ValueError, match=word):
+        call()
+
+
+def test_encode_errors():
+    m = th.disjointness(4, positions="reed-solomon")
+    assert m.encode([1, 0, 0, 1]).tolist() == [th.BOS, 1, 0, 0, 1]
+    with pytest.raises(ValueError, match="length n = 4"):
+        m.encode([1, 0, 0])
+    with pytest.raises(ValueError, match=r"entries in \{0, 1\}"):
+        m.encode([1, 0, 0, -1])
+
+
+def test_query_blocks_compress_and_table_view():
+    dis = th.disjointness(64, positions="reed-solomon")
+    assert len(dis.pos_embed.blocks) <= 1 + 2 * 3  # key block + (BOS, affine run, constant run) per head
+    dnf = th.k_dnf(64, k=3, positions="reed-solomon")  # random terms: one table view per head
+    assert dnf.params["index_table_entries"].value == 3 * 65
+    assert verify(dnf, mode="certify").passed
+
+
+# ------------------------------------------------------------------------------------------------
+# ground truths and adversarial inputs
+# ------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("make", [lambda: th.disjointness(8, positions="reed-solomon"),
+                                  lambda: th.k_dnf(8, [[1, -2], [3, 4, -5], [-8]], positions="reed-solomon"),
+                                  lambda: th.k_cnf(8, [[1, -2], [3, 4, -5], [-8, 6]], positions="reed-solomon"),
+                                  lambda: mixed(8, positions="reed-solomon")])
+def test_ground_truths(make):
+    m = make()
+    task = TASKS_BOOLEAN[m.construction]
+    x = all_bits(m.n)
+    assert np.array_equal(task.truth(m, x), py_truth(m, x))
+    assert task.count(m) == 2**m.n
+    xs = np.concatenate([b.arrays[0] for b in task.exhaustive(m, batch=100)])
+    assert np.array_equal(xs, x)
+
+
+def test_adversarial_inputs_sit_on_the_threshold():
+    m = th.k_cnf(24, positions="reed-solomon")  # b = m - 1: exactly one clause false, or none
+    task = TASKS_BOOLEAN["cnf"]
+    b = m.task_params["b"]
+    adv = np.concatenate([bt.arrays[0] for bt in task.adversarial(m, 200, seed=4)])
+    S = task.feature_counts(m, adv)
+    assert S[:4].tolist() == [b, b + 1, b, b + 1]  # two inputs on each side of the threshold ...
+    flips = adv[4 : 4 + 24]
+    assert np.all(np.sum(flips != adv[0], axis=1) == 1)  # ... then every single-bit flip of each
+    assert [int(np.flatnonzero(f != adv[0])[0]) for f in flips] == list(range(24))
+    dis = th.disjointness(16, positions="reed-solomon")
+    adv = np.concatenate([bt.arrays[0] for bt in TASKS_BOOLEAN["disjointness"].adversarial(dis, 64, seed=0)])
+    assert set(TASKS_BOOLEAN["disjointness"].feature_counts(dis, adv[:4]).tolist()) <= {7, 8}
+
+
+# ------------------------------------------------------------------------------------------------
+# certificate == exhaustive (passing and failing)
+# ------------------------------------------------------------------------------------------------
+
+CASES = [
+    ("disj-4", lambda **kw: th.disjointness(4, **kw)),
+    ("disj-10", lambda **kw: th.disjointness(10, positions="reed-solomon", **kw)),
+    ("dnf-9", lambda **kw: th.k_dnf(9, [[1, -2], [3, 4, -5], [-9], [6, 7]], positions="reed-solomon", **kw)),
+    ("cnf-10", lambda **kw: th.k_cnf(10, positions="reed-solomon", **kw)),
+    ("thres-10", lambda **kw: th.threshold_features(10, positions="reed-solomon", **kw)),
+    ("mixed-8", lambda **kw: mixed(8, positions="reed-solomon", **kw)),
+    ("mixed-8-random", lambda **kw: mixed(8, positions="random", **kw)),
+    ("maj-9", lambda **kw: th.threshold_features(9, [[i] for i in range(1, 10)], b=4, g=[0, 1], **kw)),
+]
+
+
+@pytest.mark.parametrize("name,make", CASES)
+@pytest.mark.parametrize("variant", ["default", "eta-unit", "threshold-eta"])
+def test_certificate_agrees_with_exhaustive(name, make, variant):
+    m = make()
+    if variant == "eta-unit":
+        fmt = parse_format(m.precision)
+        m = make(precision=fmt, eta=fmt.step / gram_scale(m.code))
+    elif variant == "threshold-eta":
+        m = make(eta="threshold")
+    fmt = parse_format(m.precision)
+    ex = verify(m, mode="exhaustive", fmt=fmt)
+    ce = verify(m, mode="certify", fmt=fmt)
+    assert ce.passed == ex.passed, (ce.reason, ex.reason)
+    if variant != "eta-unit":
+        assert ce.passed, ce.reason
+    if not ce.passed:
+        assert ce.counterexample is not None
+        confirm(m, fmt, ce.counterexample)
+
+
+# ------------------------------------------------------------------------------------------------
+# mutants
+# ------------------------------------------------------------------------------------------------
+
+
+def _reject(model, fmt):
+    rep = verify(model, mode="certify", fmt=fmt)
+    assert not rep.passed and rep.counterexample is not None, rep.reason
+    assert set(rep.counterexample) >= {"input", "expected", "got"}
+    confirm(model, fmt, rep.counterexample)
+    if model.n <= 10:
+        assert not verify(model, mode="exhaustive", fmt=fmt).passed
+    return rep
+
+
+def test_mutant_eta_too_small():
+    m = th.disjointness(10, positions=rs(11))
+    fmt = parse_format(m.precision)
+    assert verify(m, mode="certify").passed
+    _reject(th.disjointness(10, positions=rs(11), precision=fmt, eta=fmt.step / gram_scale(m.code)), fmt)
+
+
+def test_mutant_precision_too_low():
+    fmt = FixedPoint.binary(int_bits=5, frac_bits=4)
+    m = th.disjointness(14, positions=rs(15), precision=fmt, eta=4)
+    assert verify(m, mode="certify", fmt=fmt).passed
+    rep = _reject(m, FixedPoint.binary(int_bits=5, frac_bits=3))  # the uniform weight 1/15 rounds to 0
+    assert "readout fails" in rep.reason
+
+
+def _shift_keys(model, by=1):
+    pe = model.pos_embed
+    kb = pe.blocks[0]
+    T = pe.n_rows
+    nb = CodeBlock(CodeView(kb.code, "table", (np.arange(T) + by) % T), kb.first_row, kb.count, kb.col, 0, kb.scale)
+    m = copy.copy(model)
+    m.pos_embed = dataclasses.replace(pe, blocks=(nb,) + pe.blocks[1:])
+    return m
+
+
+@pytest.mark.parametrize("make", [lambda: th.disjointness(10, positions="reed-solomon"),
+                                  lambda: th.k_cnf(10, positions="reed-solomon")])
+def test_mutant_wrong_key_offset(make):
+    m = make()
+    _reject(_shift_keys(m), parse_format(m.precision))
+
+
+def test_mutant_perturbed_mlp_weight():
+    m = mixed(8, positions="reed-solomon")
+    fmt = parse_format(m.precision)
+    W = m.blocks[0].mlp.W_in
+    num = W.num.copy()
+    col = int(np.flatnonzero(np.any(num != 0, axis=0))[0])
+    row = int(np.flatnonzero(num[:, col])[0])
+    num[row, col] = -num[row, col]  # one pattern unit now matches the wrong bit
+    _reject(m.replace_weight("blocks.0.mlp.W_in", ExactTensor(num, W.den)), fmt)
+
+
+def test_mutant_readout_threshold():
+    m = th.disjointness(8, positions="reed-solomon")
+    fmt = parse_format(m.precision)
+    vals = m.b_U.fractions()
+    vals[0] += m.params["readout_gain"].value * m.params["uniform_weight"].value  # threshold b -> b + 1
+    _reject(m.replace_weight("unembed.b_U", ExactTensor.from_values(vals)), fmt)
+
+
+# ------------------------------------------------------------------------------------------------
+# scale
+# ------------------------------------------------------------------------------------------------
+
+
+def test_larger_models_certify_and_sample():
+    for m in (th.disjointness(2048, positions="reed-solomon"), th.k_cnf(512, positions="reed-solomon")):
+        rep = verify(m, mode="certify")
+        assert rep.passed and rep.details["one_hot"], rep.reason
+    for m in (th.disjointness(128, positions="reed-solomon"), th.k_dnf(96, positions="reed-solomon")):
+        rep = verify(m, mode="sample", samples=32, seed=1)
+        assert rep.passed and rep.inputs_covered == 64
