@@ -71,8 +71,9 @@ RANDOM_SUBSET = 512  # positions used for the exact lower bound of the random se
 GUESS_EXPONENT = 1.4
 GROWTH = 1.15
 #: work auto may spend certifying random candidates, in pair-columns (pairs x k) per device:
-#: 2^39 is ~5 s on 2 CPU cores (bench: 2^31 pairs x 256 in ~6 s), 2^46 is ~2 s on an H200.
-AUTO_BUDGET = {"cpu": 1 << 39, "cuda": 1 << 46}
+#: 2^39 (= 2^31 pairs x 256, the CPU benchmark) is ~6-7 s on 2 idle CPU cores; on an H200 2^39
+#: takes 0.45 s, so 2^43 is ~7 s.
+AUTO_BUDGET = {"cpu": 1 << 39, "cuda": 1 << 43}
 
 IndexLike = Union[int, np.integer, Sequence[int], np.ndarray]
 
