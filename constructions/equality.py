@@ -573,3 +573,10 @@ def encode_arrays(model: CompiledModel, x: np.ndarray) -> np.ndarray:
     if x.size and not np.all((x == 1) | (x == -1)):
         raise EqualityError("x must have entries in {-1, 1}")
     return ((x.astype(np.int64) + 1) // 2).astype(np.int64)
+
+
+def rebuild_kwargs(model: CompiledModel) -> dict[str, Any]:
+    """Keyword arguments that rebuild ``model``'s function with the same position code (pass them
+    with ``precision=...`` to the builder named by ``model.construction``, e.g. for a precision
+    search)."""
+    return {"positions": model.code}

@@ -572,3 +572,27 @@ def encode_arrays(model: CompiledModel, x: np.ndarray) -> np.ndarray:
     if x.size and not np.all((x == 0) | (x == 1)):
         raise ThresholdError("x must have entries in {0, 1}")
     return np.concatenate([np.full((x.shape[0], 1), BOS, dtype=np.int64), x.astype(np.int64)], axis=1)
+
+
+def rebuild_kwargs(model: CompiledModel) -> dict[str, Any]:
+    """Keyword arguments that rebuild ``model``'s function with the same position code (pass them
+    with ``precision=...`` to the builder named by ``model.construction``)."""
+    tp = model.task_params
+    kw: dict[str, Any] = {"positions": model.code}
+    kind = tp.get("kind", model.construction)
+    if kind in ("dnf", "cnf"):
+        kw["terms" if kind == "dnf" else "clauses"] = [list(c) for c in tp["clauses"]]
+        kw["k"] = int(tp["k"])
+    elif kind == "threshold":
+        idx = np.asarray(tp["feature_index"], dtype=np.int64)
+        ft = np.asarray(tp["feature_type"], dtype=np.int64)
+        types = tp["types"]
+        feats: list[Any] = []
+        for row, t in zip(idx.tolist(), ft.tolist()):
+            if t < 0:
+                feats.append([])
+            else:
+                ar, table = types[t]
+                feats.append((row[:ar], list(table)))
+        kw.update(features=feats, b=int(tp["b"]), k=int(tp["k"]))
+    return kw

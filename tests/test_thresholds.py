@@ -312,3 +312,17 @@ def test_larger_models_certify_and_sample():
     for m in (th.disjointness(128, positions="reed-solomon"), th.k_dnf(96, positions="reed-solomon")):
         rep = verify(m, mode="sample", samples=32, seed=1)
         assert rep.passed and rep.inputs_covered == 64
+
+
+def test_saved_and_loaded_models_certify(tmp_path):
+    """The exporter stores index-view query blocks densely; the certificate reads the dense table."""
+    from exactformer.constructions.equality import inequality
+    from exactformer.constructions.export import load, save
+
+    for i, m in enumerate((th.disjointness(10, positions="reed-solomon"), mixed(8), inequality(10))):
+        d = tmp_path / str(i)
+        save(m, d)
+        m2 = load(d)
+        rep = verify(m2, mode="certify")
+        assert rep.passed, rep.reason
+        assert verify(m2, mode="exhaustive").passed

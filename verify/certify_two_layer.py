@@ -213,7 +213,8 @@ def _raw1(fmt: Format, v: Fraction) -> int:
 
 @dataclass
 class HeadLayout:
-    code: Any  # base code (numerators)
+    qcode: Any  # code (numerators) of the queries
+    kcode: Any  # code of the keys (the same object for code blocks of one code)
     qidx: np.ndarray  # [T] query code index of every position
     kidx: np.ndarray  # [T] key code index of every position
     q_cols: np.ndarray
@@ -221,14 +222,47 @@ class HeadLayout:
     logit: Callable[[np.ndarray], np.ndarray]  # integer inner product I -> raw logit
     sign: bool  # entries +-1 (else 0/1)
 
+    @property
+    def code(self) -> Any:
+        return self.qcode
 
-def _code_indices(model: CompiledModel, cols: np.ndarray, T: int, what: str) -> tuple[Any, np.ndarray, int, Fraction]:
-    """The base code, per-position code indices, first column and scale of the positional code
-    blocks that cover ``cols`` (which must be exactly one block column range)."""
+
+class _TableCode:
+    """Columns of a dense positional table read as a code: vector i = sign(table row i) on ``cols``
+    (every nonzero entry of those columns must be +-s for one s)."""
+
+    family = "table"
+
+    def __init__(self, emb: Any, cols: np.ndarray, T: int, what: str):
+        if emb.table_first_row != 0 or emb.table.shape[0] < T:
+            raise Unproven(f"{what}: the positional table does not cover every position")
+        block = emb.table.num[:T][:, cols]
+        mags = np.unique(np.abs(block[block != 0]))
+        if len(mags) != 1:
+            raise Unproven(f"{what}: the positional columns it reads are not +-s for one s")
+        self.scale = Fraction(int(mags[0]), emb.table.den)
+        self.rows = np.sign(block).astype(np.int8)
+        self.k, self.n = len(cols), T
+        self.is_sign_code = bool(np.all(self.rows != 0))
+        if not self.is_sign_code and np.any(self.rows < 0):
+            raise Unproven(f"{what}: table entries must be +-s everywhere or in {{0, s}}")
+        self.bound = None
+
+    def numerators(self, idx) -> np.ndarray:
+        return self.rows[np.asarray(idx, dtype=np.int64)]
+
+
+def _code_indices(model: CompiledModel, cols: np.ndarray, T: int, what: str) -> tuple[Any, np.ndarray, np.ndarray, Fraction]:
+    """The code, per-position code indices, the columns (code coordinate order) and the scale of
+    the positional entries that ``cols`` reads: one column range of code blocks, or columns of a
+    dense positional table."""
     from exactformer.constructions.equality import CodeView
 
     blocks = [b for b in model.pos_embed.blocks if np.any((cols >= b.col) & (cols < b.col + b.code.k))]
     if not blocks:
+        if model.pos_embed.table.shape[0] and np.any(model.pos_embed.table.num[:, cols] != 0):
+            tc = _TableCode(model.pos_embed, cols, T, what)
+            return tc, np.arange(T, dtype=np.int64), np.asarray(cols), Fraction(1) * tc.scale
         raise Unproven(f"{what} reads no positional code block")
     col, k = blocks[0].col, blocks[0].code.k
     base0 = blocks[0].code.base if isinstance(blocks[0].code, CodeView) else blocks[0].code
@@ -250,7 +284,7 @@ def _code_indices(model: CompiledModel, cols: np.ndarray, T: int, what: str) -> 
         raise Unproven(f"{what} reads columns outside one code block")
     if model.pos_embed.table.shape[0] and np.any(model.pos_embed.table.num[:, col : col + k] != 0):
         raise Unproven(f"{what}: the positional table is nonzero on the code columns")
-    return base0, idx, col, scale
+    return base0, idx, np.arange(col, col + k), scale
 
 
 def _layout(model: CompiledModel, fmt: Format, W: dict, T: int) -> list[HeadLayout]:
@@ -269,12 +303,13 @@ def _layout(model: CompiledModel, fmt: Format, W: dict, T: int) -> list[HeadLayo
         rq, rk = np.flatnonzero(np.any(WQ != 0, axis=1)), np.flatnonzero(np.any(WK != 0, axis=1))
         if np.any(tok_cols[rq]) or np.any(tok_cols[rk]):
             raise Unproven(f"head {h}: queries and keys must read positional columns only")
-        cq, qidx, qcol, sq = _code_indices(model, rq, T, f"head {h} W_Q")
-        ck, kidx, kcol, sk = _code_indices(model, rk, T, f"head {h} W_K")
-        if cq is not ck:
-            raise Unproven(f"head {h}: queries and keys use different codes")
+        cq, qidx, q_cols, sq = _code_indices(model, rq, T, f"head {h} W_Q")
+        ck, kidx, k_cols, sk = _code_indices(model, rk, T, f"head {h} W_K")
+        if int(cq.k) != int(ck.k):
+            raise Unproven(f"head {h}: query and key codes have different dimensions")
+        if bool(getattr(cq, "is_sign_code", True)) != bool(getattr(ck, "is_sign_code", True)):
+            raise Unproven(f"head {h}: query and key codes differ in kind (signs vs 0/1)")
         k = int(cq.k)
-        q_cols, k_cols = np.arange(qcol, qcol + k), np.arange(kcol, kcol + k)
         dims, alpha, beta = [], None, None
         for t in range(k):
             nq, nk = np.flatnonzero(WQ[q_cols[t]]), np.flatnonzero(WK[k_cols[t]])
@@ -312,7 +347,7 @@ def _layout(model: CompiledModel, fmt: Format, W: dict, T: int) -> list[HeadLayo
 
             def logit(I, p11=p11, c=c):
                 return _clamp(fmt, np.asarray(I, dtype=object) * p11 + c)
-        out.append(HeadLayout(cq, qidx, kidx, q_cols, k_cols, logit, sign))
+        out.append(HeadLayout(cq, ck, qidx, kidx, q_cols, k_cols, logit, sign))
     return out
 
 
@@ -352,12 +387,14 @@ def _rs_histograms(code: Any, queries: np.ndarray, kidx: np.ndarray) -> tuple[np
     return q * np.arange(q + 1, dtype=np.int64), hist
 
 
-def _gram_histograms(code: Any, queries: np.ndarray, kidx: np.ndarray, device: str) -> tuple[np.ndarray, np.ndarray]:
+def _gram_histograms(code: Any, queries: np.ndarray, kidx: np.ndarray, device: str,
+                     kcode: Any = None) -> tuple[np.ndarray, np.ndarray]:
+    kcode = code if kcode is None else kcode
     k = int(code.k)
     if len(queries) * len(kidx) * k > GRAM_MAX_WORK:
         raise Unproven(f"Gram rows for {len(queries)} queries x {len(kidx)} keys x k = {k} exceed the work limit; "
                        "use a Reed-Solomon code (positions='reed-solomon')")
-    keys = np.asarray(code.numerators(kidx), dtype=np.float32)
+    keys = np.asarray(kcode.numerators(kidx), dtype=np.float32)
     L = 2 * k + 1
     hist = np.zeros((len(queries), L), dtype=np.int64)
     step = max(1, (1 << 24) // max(len(kidx), 1))
@@ -374,14 +411,15 @@ def _gram_histograms(code: Any, queries: np.ndarray, kidx: np.ndarray, device: s
     return np.arange(-k, k + 1, dtype=np.int64), hist
 
 
-def _pair_inner(code: Any, a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    if getattr(code, "family", None) == "reed-solomon":
+def _pair_inner(code: Any, a: np.ndarray, b: np.ndarray, kcode: Any = None) -> np.ndarray:
+    kcode = code if kcode is None else kcode
+    if getattr(code, "family", None) == "reed-solomon" and kcode is code:
         return int(code.q) * np.asarray(code.agreements(a ^ b), dtype=np.int64)
     out = np.empty(len(a), dtype=np.int64)
     step = 1 << 14
     for s in range(0, len(a), step):
         x = np.asarray(code.numerators(a[s : s + step]), dtype=np.int64)
-        y = np.asarray(code.numerators(b[s : s + step]), dtype=np.int64)
+        y = np.asarray(kcode.numerators(b[s : s + step]), dtype=np.int64)
         out[s : s + step] = np.sum(x * y, axis=1)
     return out
 
@@ -401,19 +439,19 @@ class Rows:
 def _rows(fmt: Format, lay: HeadLayout, targets: np.ndarray, device: str) -> Rows:
     T = len(lay.kidx)
     contiguous = bool(np.all(np.diff(lay.kidx) == 1))
-    rs = getattr(lay.code, "family", None) == "reed-solomon" and contiguous and lay.sign
+    rs = getattr(lay.qcode, "family", None) == "reed-solomon" and lay.kcode is lay.qcode and contiguous and lay.sign
     kt = lay.kidx[targets]  # partner key index per position
     pairs, inv = _unique_rows(np.stack([lay.qidx, kt], axis=1))
     uq, qinv = np.unique(pairs[:, 0], return_inverse=True)
     qinv = qinv.reshape(-1)
     if rs:
-        levels, hq = _rs_histograms(lay.code, uq, lay.kidx)
+        levels, hq = _rs_histograms(lay.qcode, uq, lay.kidx)
         method = "reed-solomon prefix sums"
     else:
-        levels, hq = _gram_histograms(lay.code, uq, lay.kidx, device)
+        levels, hq = _gram_histograms(lay.qcode, uq, lay.kidx, device, lay.kcode)
         method = "exact Gram rows"
     hist = hq[qinv].copy()  # [P, L] all keys, per (query, partner) pair
-    I_t = _pair_inner(lay.code, pairs[:, 0], pairs[:, 1])
+    I_t = _pair_inner(lay.qcode, pairs[:, 0], pairs[:, 1], lay.kcode)
     li = np.searchsorted(levels, I_t)
     if np.any(levels[np.minimum(li, len(levels) - 1)] != I_t):
         raise Unproven("internal: a partner's inner product is not a histogram level")
