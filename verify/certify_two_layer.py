@@ -59,6 +59,7 @@ from exactformer.verify.certify_index_lookup import CertificateResult
 
 GRAM_MAX_WORK = 1 << 34  # queries * keys * k above which the Gram path is refused (use a RS code)
 CANDIDATES = 2048  # adversarial + sampled inputs tried when the proof fails
+CANDIDATE_BUDGET = 1 << 27  # residual entries (inputs x T x d_model) the counterexample search may run
 
 
 class Unproven(Exception):
@@ -503,14 +504,22 @@ def certify_two_layer(model: CompiledModel, fmt: Format, device: str = "cpu", ru
                                  time.perf_counter() - t0)
     except Unproven as e:
         reason, st.hint = e.reason, {**st.hint, **e.hint}
-    cex = _search(model, fmt, spec, st.hint, run_fn) if run_fn is not None else None
+    budget = CANDIDATE_BUDGET // max(1, spec.T * model.d_model)
+    cex, searched = None, "no executor was given to search for a counterexample"
+    if run_fn is not None and budget >= 4:
+        n_cand = min(CANDIDATES, budget)
+        cex = _search(model, fmt, spec, st.hint, run_fn, n_cand)
+        searched = f"no candidate input (about {n_cand + n_cand // 2} adversarial, sampled and targeted) was answered wrongly"
+    elif run_fn is not None:
+        searched = (f"counterexample search skipped: inputs of length {spec.T} with d_model {model.d_model} are too "
+                    "large to run in bulk")
     margin = st.details.get("min_margin_raw")
     margin = None if margin is None else Fraction(int(margin)) * fmt.step
     classes = int(st.details.get("row_classes", 0))
     if cex is not None:
         return CertificateResult(False, False, f"counterexample found ({reason})", margin, classes, cex, st.details,
                                  time.perf_counter() - t0)
-    return CertificateResult(False, False, f"unproven: {reason}; no candidate input was answered wrongly",
+    return CertificateResult(False, False, f"unproven: {reason}; {searched}",
                              margin, classes, None, st.details, time.perf_counter() - t0)
 
 
@@ -759,12 +768,12 @@ def _free_rows(model: CompiledModel, fmt: Format, work: np.ndarray, T: int) -> n
 # ------------------------------------------------------------------------------------------------
 
 
-def _search(model: CompiledModel, fmt: Format, spec: Spec, hint: dict, run_fn) -> dict | None:
-    """Run candidate inputs through the executor; the first wrong answer, or None."""
+def _search(model: CompiledModel, fmt: Format, spec: Spec, hint: dict, run_fn, count: int = CANDIDATES) -> dict | None:
+    """Run up to about ``count`` candidate inputs through the executor; the first wrong answer, or None."""
     task = spec.task
     batches = []
     rng = np.random.default_rng(12345)
-    for b in task.adversarial(model, CANDIDATES, seed=1):
+    for b in task.adversarial(model, count, seed=1):
         batches.append(b.arrays[0])
     base = batches[0][:64] if batches else None
     if hint.get("counts") and hasattr(task, "with_count") and model.construction != "equality":
@@ -777,7 +786,7 @@ def _search(model: CompiledModel, fmt: Format, spec: Spec, hint: dict, run_fn) -
         if base is None:
             break
         batches.insert(0, _plant(model, spec, base, p, assign))
-    for b in task.sample(model, CANDIDATES // 2, seed=2):
+    for b in task.sample(model, max(1, count // 2), seed=2):
         batches.append(b.arrays[0])
     for x in batches:
         for s in range(0, len(x), 512):
