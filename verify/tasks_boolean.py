@@ -28,12 +28,17 @@ from typing import Any, Iterator
 import numpy as np
 
 from exactformer.constructions.ir import CompiledModel
-from exactformer.verify.tasks import Batch
 
 
 @dataclass
-class BoolBatch(Batch):
-    """A :class:`Batch` whose ``example(i)`` is the natural input itself (a list of ints)."""
+class BoolBatch:
+    """Same fields as :class:`exactformer.verify.tasks.Batch` (defined here, not subclassed, so that
+    ``verify/tasks.py`` can import this module without an import cycle); ``example(i)`` is the
+    natural input itself (a list of ints)."""
+
+    arrays: tuple[np.ndarray, ...]
+    tokens: np.ndarray  # [B, T]
+    truth: np.ndarray  # [B]
 
     def example(self, i: int) -> Any:
         return self.arrays[0][i].tolist()
@@ -57,7 +62,7 @@ class _BooleanTask:
         raise NotImplementedError
 
     # ---- interface --------------------------------------------------------------------------------
-    def _batch(self, model: CompiledModel, x: np.ndarray) -> Batch:
+    def _batch(self, model: CompiledModel, x: np.ndarray) -> BoolBatch:
         x = np.asarray(x, dtype=np.int64)
         return BoolBatch((x,), self._encode(model, x), self.truth(model, x).astype(np.int64))
 
@@ -67,7 +72,7 @@ class _BooleanTask:
     def _from_bits(self, bits: np.ndarray) -> np.ndarray:
         return 2 * bits - 1 if self.pm1 else bits
 
-    def exhaustive(self, model: CompiledModel, batch: int = 4096) -> Iterator[Batch]:
+    def exhaustive(self, model: CompiledModel, batch: int = 4096) -> Iterator[BoolBatch]:
         """All 2^N inputs, in counting order."""
         n = model.n
         total = 1 << n
@@ -75,7 +80,7 @@ class _BooleanTask:
             ints = np.arange(s, min(total, s + batch), dtype=np.int64)
             yield self._batch(model, self._from_bits(_bits_of(ints, n)))
 
-    def sample(self, model: CompiledModel, count: int, seed: int, batch: int = 256) -> Iterator[Batch]:
+    def sample(self, model: CompiledModel, count: int, seed: int, batch: int = 256) -> Iterator[BoolBatch]:
         rng = np.random.default_rng(seed)
         done = 0
         while done < count:
@@ -87,7 +92,7 @@ class _BooleanTask:
         p = rng.random((b, 1))
         return self._from_bits((rng.random((b, model.n)) < p).astype(np.int64))
 
-    def adversarial(self, model: CompiledModel, count: int, seed: int, batch: int = 256) -> Iterator[Batch]:
+    def adversarial(self, model: CompiledModel, count: int, seed: int, batch: int = 256) -> Iterator[BoolBatch]:
         rng = np.random.default_rng(seed)
         done = 0
         pending: list[np.ndarray] = []
