@@ -13,6 +13,12 @@ from types import ModuleType
 # name -> (module, builder function name)
 _CONSTRUCTIONS: dict[str, tuple[str, str]] = {
     "index-lookup": ("exactformer.constructions.index_lookup", "index_lookup"),
+    "equality": ("exactformer.constructions.equality", "equality"),
+    "inequality": ("exactformer.constructions.equality", "inequality"),
+    "disjointness": ("exactformer.constructions.thresholds", "disjointness"),
+    "dnf": ("exactformer.constructions.thresholds", "k_dnf"),
+    "cnf": ("exactformer.constructions.thresholds", "k_cnf"),
+    "threshold": ("exactformer.constructions.thresholds", "threshold_features"),
 }
 
 

@@ -78,5 +78,32 @@ def test_verify_all_small():
     r = runner.invoke(app, ["verify", "all", "--n", "64", "--json"])
     assert r.exit_code == 0, r.output
     rows = json.loads(r.stdout.strip().splitlines()[-1])
-    assert {row["construction"] for row in rows} >= {"index-lookup"}
+    assert {row["construction"] for row in rows} == {"index-lookup", "equality", "inequality", "disjointness",
+                                                     "dnf", "cnf", "threshold"}
     assert all(row["passed"] for row in rows)
+
+
+def test_boolean_constructions_from_the_cli(tmp_path: Path):
+    r = runner.invoke(app, ["verify", "dnf", "--n", "12", "--clauses", "1,-2;3,4", "--json"])
+    d = _json(r)
+    assert r.exit_code == 0 and d["passed"] and d["construction"] == "dnf" and d["layers"] == 2
+    spec = tmp_path / "features.json"
+    spec.write_text(json.dumps([[[1, 2], [0, 1, 1, 0]], [[3, 4], [0, 1, 1, 0]], [[5], [0, 1]]]))
+    r = runner.invoke(app, ["verify", "threshold", "--n", "10", "--features", str(spec), "--b", "1",
+                            "--mode", "exhaustive", "--json"])
+    d = _json(r)
+    assert r.exit_code == 0 and d["passed"] and d["inputs_covered"] == 2**10
+    # a too-small eta is rejected with a counterexample
+    r = runner.invoke(app, ["verify", "inequality", "--n", "16", "--eta", "1/32", "--precision",
+                            "binary:int=6,frac=5", "--json"])
+    d = _json(r)
+    assert r.exit_code == 1 and not d["passed"]
+
+
+def test_boolean_bad_options():
+    r = runner.invoke(app, ["verify", "threshold", "--n", "16", "--features", "[[1,2]]", "--g", "0x"])
+    assert r.exit_code == 2 and "--g" in r.output
+    r = runner.invoke(app, ["verify", "threshold", "--n", "16", "--features", "[[1,2", "--g", "0110"])
+    assert r.exit_code == 2 and "--features" in r.output
+    r = runner.invoke(app, ["verify", "equality", "--n", "7"])
+    assert r.exit_code == 2 and "n" in r.output

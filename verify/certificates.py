@@ -8,9 +8,11 @@ from typing import Callable
 from exactformer.constructions.ir import CompiledModel, IRError
 from exactformer.precision import FixedPoint, Format
 from exactformer.verify.certify_index_lookup import CertificateResult, certify_index_lookup
+from exactformer.verify.certify_two_layer import certify_two_layer
 
 CERTIFIERS: dict[str, Callable[..., CertificateResult]] = {
     "index-lookup": certify_index_lookup,
+    **{name: certify_two_layer for name in ("equality", "inequality", "threshold", "disjointness", "dnf", "cnf")},
 }
 
 

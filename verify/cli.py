@@ -47,6 +47,38 @@ def precision_from_cli(spec: str | None, n: int) -> Format | None:
     return None
 
 
+BOOLEAN = ("equality", "inequality", "threshold", "disjointness", "dnf", "cnf")
+
+
+def boolean_options(construction: str, clauses: str | None, k: int | None, clause_seed: int,
+                    features: str | None, b: int | None, g: str | None, feature_seed: int) -> dict[str, Any]:
+    """Builder keywords from the CLI options of the threshold family (see docs/thresholds.md)."""
+    from exactformer.constructions import thresholds
+
+    out: dict[str, Any] = {}
+    if k is not None:
+        out["k"] = k
+    if construction in ("dnf", "cnf"):
+        out["clause_seed"] = clause_seed
+        if clauses is not None:
+            out["terms" if construction == "dnf" else "clauses"] = thresholds.parse_clauses(clauses)
+    if construction == "threshold":
+        out["feature_seed"] = feature_seed
+        if features is not None:
+            text = Path(features).read_text() if Path(features).is_file() else features
+            try:
+                out["features"] = jsonlib.loads(text)
+            except jsonlib.JSONDecodeError as e:
+                _fail(f"--features: not valid JSON ({e}); expected a list of index sets or [set, table] pairs")
+        if b is not None:
+            out["b"] = b
+        if g is not None:
+            if not set(g) <= {"0", "1"}:
+                _fail(f"--g must be a truth table of 0/1 characters, got {g!r}")
+            out["g"] = [int(c) for c in g]
+    return out
+
+
 def build_model(construction: str, n: int, alphabet: int | None, positions: str, eta: str | None,
                 precision: str | None, max_inner: str, code_seed: int, extra: dict | None = None):
     try:
@@ -54,11 +86,18 @@ def build_model(construction: str, n: int, alphabet: int | None, positions: str,
     except ValueError as e:
         _fail(str(e))
     kwargs: dict[str, Any] = dict(extra or {})
-    if construction == "index-lookup":
-        kwargs.update(alphabet=alphabet if alphabet is not None else 64, positions=positions,
-                      eta=None if eta is None else Fraction(eta), max_inner=Fraction(max_inner), seed=code_seed)
-    elif eta is not None:
-        kwargs["eta"] = Fraction(eta)
+    try:
+        if construction == "index-lookup":
+            kwargs.update(alphabet=alphabet if alphabet is not None else 64, positions=positions,
+                          eta=None if eta is None else Fraction(eta), max_inner=Fraction(max_inner), seed=code_seed)
+        elif construction in BOOLEAN:
+            kwargs.update(positions=positions, max_inner=Fraction(max_inner), seed=code_seed)
+            if eta is not None:
+                kwargs["eta"] = eta if eta in ("one-hot", "threshold") else Fraction(eta)
+        elif eta is not None:
+            kwargs["eta"] = Fraction(eta)
+    except (ValueError, ZeroDivisionError) as e:
+        _fail(f"--eta / --max-inner: {e}")
     kwargs["precision"] = precision_from_cli(precision, n)
     try:
         return fn(n, **kwargs)
@@ -95,13 +134,24 @@ def build(
     precision: Optional[str] = typer.Option(None, "--precision", help="paper:kc=K | binary:int=I,frac=F | float64"),
     max_inner: str = typer.Option("1/4", "--max-inner"),
     code_seed: int = typer.Option(0, "--code-seed", help="seed of a random position code"),
+    clauses: Optional[str] = typer.Option(None, "--clauses", help='dnf/cnf: literal lists, e.g. "1,-2;3,4"'),
+    k: Optional[int] = typer.Option(None, "--k", help="dnf/cnf/threshold: feature arity k"),
+    clause_seed: int = typer.Option(0, "--clause-seed", help="dnf/cnf: seed of the default random clauses"),
+    features: Optional[str] = typer.Option(None, "--features", help="threshold: JSON (or a JSON file) of index sets / [set, table] pairs"),
+    b: Optional[int] = typer.Option(None, "--b", help="threshold: answer is [sum_j g_j > b]"),
+    g: Optional[str] = typer.Option(None, "--g", help="threshold: truth table of g over k bits, e.g. 0110"),
+    feature_seed: int = typer.Option(0, "--feature-seed", help="threshold: seed of the default random features"),
     out: Path = typer.Option(..., "--out", help="output directory"),
     json: bool = typer.Option(False, "--json", help="print the summary as one JSON object"),
 ) -> None:
     from exactformer.constructions.export import save
 
-    model = build_model(construction, n, alphabet, positions, eta, precision, max_inner, code_seed)
-    path = save(model, out)
+    extra = boolean_options(construction, clauses, k, clause_seed, features, b, g, feature_seed)
+    model = build_model(construction, n, alphabet, positions, eta, precision, max_inner, code_seed, extra)
+    try:
+        path = save(model, out)
+    except ValueError as e:
+        _fail(str(e))
     summary = model.summary() | {"out": str(path)}
     if json:
         print(jsonlib.dumps(summary, default=str))
@@ -136,6 +186,13 @@ def verify(
     precision: Optional[str] = typer.Option(None, "--precision"),
     max_inner: str = typer.Option("1/4", "--max-inner"),
     code_seed: int = typer.Option(0, "--code-seed"),
+    clauses: Optional[str] = typer.Option(None, "--clauses", help='dnf/cnf: literal lists, e.g. "1,-2;3,4"'),
+    k: Optional[int] = typer.Option(None, "--k", help="dnf/cnf/threshold: feature arity k"),
+    clause_seed: int = typer.Option(0, "--clause-seed", help="dnf/cnf: seed of the default random clauses"),
+    features: Optional[str] = typer.Option(None, "--features", help="threshold: JSON (or a JSON file) of index sets / [set, table] pairs"),
+    b: Optional[int] = typer.Option(None, "--b", help="threshold: answer is [sum_j g_j > b]"),
+    g: Optional[str] = typer.Option(None, "--g", help="threshold: truth table of g over k bits, e.g. 0110"),
+    feature_seed: int = typer.Option(0, "--feature-seed", help="threshold: seed of the default random features"),
     mode: str = typer.Option("certify", "--mode", help="certify | exhaustive | sample"),
     samples: int = typer.Option(1000, "--samples", help="random inputs in sample mode (plus as many adversarial)"),
     seed: int = typer.Option(0, "--seed", help="seed of the sampled inputs"),
@@ -171,7 +228,8 @@ def verify(
     else:
         if n is None:
             _fail("--n is required when verifying a construction by name")
-        model = build_model(target, n, alphabet, positions, eta, precision, max_inner, code_seed)
+        extra = boolean_options(target, clauses, k, clause_seed, features, b, g, feature_seed)
+        model = build_model(target, n, alphabet, positions, eta, precision, max_inner, code_seed, extra)
         fmt = parse_format(model.precision)
     if find_min_precision:
         _find_min(target, model, n or model.n, alphabet, positions, max_inner, code_seed, precision, device, json)
@@ -221,6 +279,9 @@ def _find_min(target, model, n, alphabet, positions, max_inner, code_seed, preci
         kw: dict[str, Any] = {"precision": fmt}
         if model.construction == "index-lookup":
             kw.update(alphabet=len(model.answers), positions=model.code, max_inner=Fraction(max_inner))
+        else:
+            kw.update(registry.task(model.construction).rebuild_kwargs(model))
+            kw["precision"] = fmt
         return fn(model.n, **kw)
 
     res = find_min_precision(build_at, kind=kind, n=model.n, device=device)
@@ -248,7 +309,7 @@ def _verify_all(n: int, device: str, json: bool) -> None:
             report = run_verify(model, mode="sample", samples=1000, seed=0, device=device)
             mode = "sample"
         rows.append({
-            "construction": name, "theorem": model.theorem, "n": n, "layers": model.n_layers,
+            "construction": name, "theorem": model.theorem.split(" (")[0], "n": n, "layers": model.n_layers,
             "heads": model.n_heads, "width": model.width, "precision_bits": report.precision_bits,
             "size_bits": report.size_bits, "mode": mode, "passed": report.passed,
             "inputs_covered": report.inputs_covered, "seconds": round(time.perf_counter() - t0, 3),
@@ -264,7 +325,7 @@ def _verify_all(n: int, device: str, json: bool) -> None:
             t.add_row(r["construction"], r["theorem"], str(r["n"]), str(r["layers"]), str(r["heads"]),
                       str(r["width"]), str(r["precision_bits"]), str(r["size_bits"]), r["mode"],
                       "PASS" if r["passed"] else "FAIL", str(r["seconds"]))
-        Console().print(t)
+        Console(width=max(140, Console().width)).print(t)
     if not all(r["passed"] for r in rows):
         raise typer.Exit(1)
 

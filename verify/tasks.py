@@ -97,6 +97,10 @@ def _farthest_symbols(S: int) -> np.ndarray:
 
 TASKS: dict[str, Any] = {"index-lookup": IndexLookupTask()}
 
+from exactformer.verify.tasks_boolean import TASKS_BOOLEAN  # noqa: E402  (EQ, INEQ, DISJ, DNF, CNF, THRES)
+
+TASKS.update(TASKS_BOOLEAN)
+
 
 def task_for(model: CompiledModel):
     if model.construction not in TASKS:
