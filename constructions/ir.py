@@ -451,6 +451,14 @@ class CompiledModel:
         return {k: t.raw(fmt) for k, t in self.tensors().items()}
 
 
+def sequence_rows(examples: Sequence[Any]) -> np.ndarray:
+    """Natural inputs that are one sequence each (a list of ints, or a 1-tuple holding one, as the
+    verifier's counterexamples are) -> an int array [B, N], for the constructions' encoders."""
+    rows = [e[0] if isinstance(e, tuple) and len(e) == 1 and not isinstance(e[0], (int, np.integer)) else e
+            for e in examples]
+    return np.asarray([list(r) for r in rows])
+
+
 def check_shapes(model: CompiledModel) -> None:
     """Raise IRError if shapes are inconsistent."""
     d = model.d_model

@@ -64,6 +64,7 @@ from exactformer.constructions.ir import (
     ExactTensor,
     Param,
     check_shapes,
+    sequence_rows,
 )
 from exactformer.precision import Format
 
@@ -553,14 +554,12 @@ def _assemble(n, code, r, k, index, ftype, types, eta_gs, c, l0) -> CompiledMode
 
 def encode(model: CompiledModel, example: Sequence[int]) -> np.ndarray:
     """x in {0, 1}^N (a list of ints) -> token ids [N + 1]: BOS, then the bits."""
-    if isinstance(example, tuple) and len(example) == 1 and not isinstance(example[0], (int, np.integer)):
-        example = example[0]
-    return encode_arrays(model, np.asarray(example)[None, :])[0]
+    return encode_arrays(model, sequence_rows([example]))[0]
 
 
 def encode_batch(model: CompiledModel, examples: Sequence[Sequence[int]]) -> np.ndarray:
-    return encode_arrays(model, np.asarray([list(e[0]) if isinstance(e, tuple) and len(e) == 1 else list(e)
-                                            for e in examples]))
+    """A batch of natural inputs -> token ids [B, T]."""
+    return encode_arrays(model, sequence_rows(examples))
 
 
 def encode_arrays(model: CompiledModel, x: np.ndarray) -> np.ndarray:
