@@ -198,6 +198,7 @@ class _Plan:
         self.p_cols = model.pos_embed.nonzero_columns()
         self.layers = [self._prepare(b.attn, b.mlp) for b in model.blocks]
         self.W_U = be.put(model.W_U.raw(fmt))
+        self.W_U_rows = np.flatnonzero(np.any(model.W_U.num != 0, axis=1))
         self.b_U = be.put(model.b_U.raw(fmt))
         self._pos_cache: dict[tuple, Any] = {}
 
@@ -217,6 +218,8 @@ class _Plan:
             L[w + "_rows"] = [np.flatnonzero(np.any(getattr(attn, w).num[h] != 0, axis=1)) for h in range(attn.n_heads)]
         for w in ("W_in", "b_in", "W_out", "b_out"):
             L[w] = be.put(getattr(mlp, w).raw(fmt))
+        # the MLP reads only the residual columns where W_in has a nonzero row
+        L["W_in_rows"] = np.flatnonzero(np.any(mlp.W_in.num != 0, axis=1))
         return L
 
     # ---- embeddings -------------------------------------------------------------------------
@@ -272,10 +275,10 @@ class _Plan:
             attn_out = fmt.add(fmt.matmul(z, L["W_O_cat"]), L["b_O"])  # [B, Tq, d_model]
             resid = self._residual_at(tokens, x, q_pos)
             x_mid = fmt.add(resid, attn_out)
-            pre = fmt.add(fmt.matmul(x_mid, L["W_in"]), L["b_in"])
+            pre = self._project(x_mid, L["W_in"], L["b_in"], L["W_in_rows"])
             mlp_out = fmt.add(fmt.matmul(fmt.relu(pre), L["W_out"]), L["b_out"])
             x = fmt.add(x_mid, mlp_out)
-        return fmt.add(fmt.matmul(x[:, -1, :], self.W_U), self.b_U)
+        return self._project(x[:, -1, :], self.W_U, self.b_U, self.W_U_rows)
 
     def _residual_at(self, tokens, x, q_pos):
         if x is not None:
