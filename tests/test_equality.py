@@ -320,3 +320,17 @@ def test_non_power_of_two_n():
     m = equality(100, positions="reed-solomon")
     assert verify(m, mode="certify").passed
     assert verify(m, mode="sample", samples=100, seed=0).passed
+
+
+def test_adversarial_flips_are_streamed_at_large_n():
+    """Single-bit flips of a 2^16-bit input come in chunks (an N x N array would be 32 GiB)."""
+    from exactformer.constructions.equality import inequality
+    from exactformer.verify.tasks import TASKS
+
+    m = inequality(1 << 16)
+    batches = list(TASKS["inequality"].adversarial(m, 300, seed=0))
+    x = np.concatenate([b.arrays[0] for b in batches])
+    assert x.shape == (300, 1 << 16)
+    base = x[0]
+    assert np.array_equal(base[: 1 << 15], base[1 << 15 :])  # equal halves, then its flips
+    assert all(np.sum(row != base) == 1 for row in x[1:])

@@ -93,34 +93,40 @@ class _BooleanTask:
         return self._from_bits((rng.random((b, model.n)) < p).astype(np.int64))
 
     def adversarial(self, model: CompiledModel, count: int, seed: int, batch: int = 256) -> Iterator[BoolBatch]:
+        """Rounds of adversarial inputs (see each task's ``_adversarial_round``), streamed: a round
+        is a list of arrays or of iterables of arrays, consumed lazily, so single-bit flips of an
+        N-bit input never form an N x N array."""
         rng = np.random.default_rng(seed)
         done = 0
-        pending: list[np.ndarray] = []
         while done < count:
-            if not pending:
-                pending = list(self._adversarial_round(model, rng))
-                if not pending:
-                    return
-            chunk = np.concatenate(pending, axis=0)
-            pending = []
-            b = min(batch, count - done, len(chunk))
-            yield self._batch(model, chunk[:b])
-            done += b
-            if len(chunk) > b:
-                pending = [chunk[b:]]
+            produced = False
+            for part in self._adversarial_round(model, rng):
+                for arr in ([part] if isinstance(part, np.ndarray) else part):
+                    for s in range(0, len(arr), batch):
+                        if done >= count:
+                            return
+                        b = min(batch, count - done, len(arr) - s)
+                        yield self._batch(model, arr[s : s + b])
+                        done += b
+                        produced = True
+            if not produced:
+                return
 
     def _adversarial_round(self, model, rng) -> list[np.ndarray]:
         raise NotImplementedError
 
 
-def _single_flips(x: np.ndarray, pm1: bool) -> np.ndarray:
-    """[B, n] -> [B * n, n]: every input with exactly one bit flipped (input-major order)."""
+def _single_flips(x: np.ndarray, pm1: bool, chunk: int = 256) -> Iterator[np.ndarray]:
+    """[B, n] -> chunks of at most ``chunk`` rows, together every input with exactly one bit
+    flipped (input-major order), generated lazily."""
     B, n = x.shape
-    out = np.repeat(x, n, axis=0)
-    j = np.tile(np.arange(n), B)
-    rows = np.arange(B * n)
-    out[rows, j] = -out[rows, j] if pm1 else 1 - out[rows, j]
-    return out
+    for i in range(B):
+        for s in range(0, n, chunk):
+            j = np.arange(s, min(n, s + chunk))
+            out = np.repeat(x[i : i + 1], len(j), axis=0)
+            rows = np.arange(len(j))
+            out[rows, j] = -out[rows, j] if pm1 else 1 - out[rows, j]
+            yield out
 
 
 # ------------------------------------------------------------------------------------------------
