@@ -42,6 +42,7 @@ from exactformer.constructions.ir import Attention, CompiledModel, Embedding, Ex
 from exactformer.precision import Format
 
 DEVICES = ("cpu", "cuda")
+ATTENTION_BLOCK_ENTRIES = 1 << 25  # query rows are processed in chunks of about this many weights
 
 
 class ExecutorError(ValueError):
@@ -263,14 +264,20 @@ class _Plan:
             q_pos = np.array([T - 1]) if last_only else self.pos
             heads_z = []
             for h in range(L["H"]):
-                qh = self._head_proj(L, h, "Q", tokens, x, q_pos)  # [B|1, Tq, dh] (+ key for dedup)
                 kh = self._head_proj(L, h, "K", tokens, x, self.pos)
                 vcols = L["v_cols"][h]
                 vh = self._head_proj(L, h, "V", tokens, x, self.pos, cols=vcols)
-                a = self._attention(qh, kh, L["causal"], q_pos, B)  # [B, Tq, T]
                 if vh.shape[0] == 1 and B > 1:
                     vh = vh.expand(B, *vh.shape[1:]) if be.torch else np.broadcast_to(vh, (B,) + vh.shape[1:])
-                heads_z.append(fmt.matmul(a, vh))  # [B, Tq, |vcols|]
+                # query rows in chunks, so an attention block [B|1, chunk, T] stays near 2^25 entries
+                chunk = max(1, ATTENTION_BLOCK_ENTRIES // (self.T * max(1, B if x is not None else 1)))
+                parts = []
+                for q0 in range(0, q_pos.size, chunk):
+                    qp = q_pos[q0 : q0 + chunk]
+                    qh = self._head_proj(L, h, "Q", tokens, x, qp)  # [B|1, len(qp), dh]
+                    a = self._attention(qh, kh, L["causal"], qp, B)  # [B|1, len(qp), T]
+                    parts.append(fmt.matmul(a, vh))  # [B, len(qp), |vcols|]
+                heads_z.append(parts[0] if len(parts) == 1 else be.concat(parts, axis=1))
             z = be.concat(heads_z, axis=-1)
             attn_out = fmt.add(fmt.matmul(z, L["W_O_cat"]), L["b_O"])  # [B, Tq, d_model]
             resid = self._residual_at(tokens, x, q_pos)
@@ -303,7 +310,7 @@ class _Plan:
             W, b = W[:, cb], b[cb]
         rows = L["W_" + which + "_rows"][h]
         if x is not None:  # later blocks: the residual stream is data dependent
-            xs = x if positions.size == x.shape[1] else x[:, positions[0] :, :]
+            xs = x if positions.size == x.shape[1] else x[:, int(positions[0]) : int(positions[-1]) + 1, :]
             return self._project(xs, W, b, rows)
         src = self._source(rows)
         if src == "pos":  # depends on positions only: computed once per plan
@@ -316,7 +323,7 @@ class _Plan:
             uniq, inv = _unique_ids(toks, self.model.d_vocab)
             per_tok = self._project(self.token_rows(uniq), W, b, rows)
             return per_tok[be.put(inv)]
-        x0 = self.residual0(tokens)[:, positions[0] :, :] if positions.size == 1 else self.residual0(tokens)
+        x0 = self.residual0(tokens)[:, int(positions[0]) : int(positions[-1]) + 1, :]
         return self._project(x0, W, b, rows)
 
     def _attention(self, q, k, causal: bool, q_pos: np.ndarray, B: int):
