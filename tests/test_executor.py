@@ -46,3 +46,18 @@ def test_plan_is_reused_and_replaced():
     other = index_lookup(16, 4, positions="reed-solomon")
     executor.run(other, tokens, fmt)
     assert executor._PLAN_CACHE[0][1] is not plan and len(executor._PLAN_CACHE) == 1
+
+
+@pytest.mark.parametrize("case", range(2))
+def test_sparse_shared_attention_equals_dense(case, monkeypatch):
+    """Shared first-block attention kept sparse (its zeros skipped) == the dense product."""
+    model, tokens = list(_models())[case]
+    fmt = parse_format(model.precision)
+    executor._PLAN_CACHE.clear()
+    sparse = executor.run(model, tokens, fmt)
+    assert executor._PLAN_CACHE[0][1]._sparse_attn, "the one-hot first layer should be held sparse"
+    monkeypatch.setattr(executor, "SPARSE_ATTENTION_ENTRIES", 0)
+    executor._PLAN_CACHE.clear()
+    dense = executor.run(model, tokens, fmt)
+    assert not executor._PLAN_CACHE[0][1]._sparse_attn
+    assert np.array_equal(sparse.logits, dense.logits) and sparse.counts == dense.counts

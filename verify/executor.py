@@ -43,6 +43,7 @@ from exactformer.precision import Format
 
 DEVICES = ("cpu", "cuda")
 ATTENTION_BLOCK_ENTRIES = 1 << 25  # query rows are processed in chunks of about this many weights
+SPARSE_ATTENTION_ENTRIES = 1 << 26  # nonzero weights of shared attention blocks kept per plan
 
 
 class ExecutorError(ValueError):
@@ -202,6 +203,8 @@ class _Plan:
         self.W_U_rows = np.flatnonzero(np.any(model.W_U.num != 0, axis=1))
         self.b_U = be.put(model.b_U.raw(fmt))
         self._pos_cache: dict[tuple, Any] = {}
+        self._sparse_attn: dict[tuple, tuple] = {}
+        self._sparse_budget = SPARSE_ATTENTION_ENTRIES
 
     def _prepare(self, attn: Attention, mlp) -> dict[str, Any]:
         be, fmt = self.be, self.fmt
@@ -274,8 +277,18 @@ class _Plan:
                 parts = []
                 for q0 in range(0, q_pos.size, chunk):
                     qp = q_pos[q0 : q0 + chunk]
+                    key = (id(L), h, int(qp[0]), qp.size)
+                    if key in self._sparse_attn:  # a shared, mostly-zero block computed earlier
+                        parts.append(self._sparse_apply(self._sparse_attn[key], vh))
+                        continue
                     qh = self._head_proj(L, h, "Q", tokens, x, qp)  # [B|1, len(qp), dh]
                     a = self._attention(qh, kh, L["causal"], qp, B)  # [B|1, len(qp), T]
+                    if a.shape[0] == 1 and x is None and not be.torch:
+                        sp = self._sparsify(a[0])
+                        if sp is not None:
+                            self._sparse_attn[key] = sp
+                            parts.append(self._sparse_apply(sp, vh))
+                            continue
                     parts.append(fmt.matmul(a, vh))  # [B, len(qp), |vcols|]
                 heads_z.append(parts[0] if len(parts) == 1 else be.concat(parts, axis=1))
             z = be.concat(heads_z, axis=-1)
@@ -325,6 +338,35 @@ class _Plan:
             return per_tok[be.put(inv)]
         x0 = self.residual0(tokens)[:, int(positions[0]) : int(positions[-1]) + 1, :]
         return self._project(x0, W, b, rows)
+
+    def _sparsify(self, a: np.ndarray):
+        """A shared attention block [rows, T] as (row_starts, cols, vals) when at most 1/8 of its
+        rounded weights are nonzero and the plan's budget allows; else None."""
+        if a.dtype == object:
+            return None
+        nz_r, nz_c = np.nonzero(a)
+        if nz_r.size * 8 > a.size or nz_r.size > self._sparse_budget:
+            return None
+        self._sparse_budget -= nz_r.size
+        starts = np.searchsorted(nz_r, np.arange(a.shape[0] + 1))
+        return starts, nz_c, a[nz_r, nz_c]
+
+    def _sparse_apply(self, sp, v):
+        """fmt.matmul(a, v) for a block held sparse: zero weights give products that are exactly
+        0, so only the nonzero ones are rounded (fmt.mul), summed exactly per row and saturated
+        once (the same values and counts as the dense product). v: [B, T, dv] -> [B, rows, dv]."""
+        fmt = self.fmt
+        starts, cols, vals = sp
+        rows = starts.size - 1
+        B, _, dv = v.shape
+        out = np.zeros((B, rows, dv), dtype=np.int64)
+        if cols.size:
+            prods = np.asarray(fmt.mul(vals[None, :, None], np.asarray(v)[:, cols, :]))
+            wide = prods.dtype == object or int(np.abs(prods).max()) * cols.size >= 2**62  # exact prefix sums
+            csum = np.zeros((B, cols.size + 1, dv), dtype=object if wide else np.int64)
+            np.cumsum(prods, axis=1, out=csum[:, 1:])
+            out = csum[:, starts[1:]] - csum[:, starts[:-1]]
+        return fmt.add(out, np.zeros((), dtype=out.dtype))
 
     def _attention(self, q, k, causal: bool, q_pos: np.ndarray, B: int):
         """Softmax rows [B, Tq, T] (leading dim 1 when shared by the batch)."""
