@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import copy
-import dataclasses
 import itertools
 from fractions import Fraction
 
@@ -12,7 +11,6 @@ import pytest
 
 from exactformer.constructions import registry
 from exactformer.constructions.equality import (
-    CodeView,
     EqualityError,
     encode_arrays,
     equality,
@@ -29,6 +27,7 @@ from exactformer.verify.certify_two_layer import _dyadic_blocks, _gram_histogram
 from exactformer.verify.executor import run
 from exactformer.verify.tasks_boolean import TASKS_BOOLEAN
 from exactformer.verify.verifier import verify
+from mutants import shift_keys
 
 
 def wire() -> None:
@@ -215,21 +214,13 @@ def test_mutant_precision_too_low():
     assert "readout fails" in rep.reason
 
 
-def _shift_keys(model, by=1):
-    pe = model.pos_embed
-    kb = pe.blocks[0]
-    T = pe.n_rows
-    nb = CodeBlock(CodeView(kb.code, "table", (np.arange(T) + by) % T), kb.first_row, kb.count, kb.col, 0, kb.scale)
-    m = copy.copy(model)
-    m.pos_embed = dataclasses.replace(pe, blocks=(nb,) + pe.blocks[1:])
-    return m
 
 
 def test_mutant_wrong_key_offset():
     m = inequality(12, positions=rs(12))
     fmt = parse_format(m.precision)
-    _reject(_shift_keys(m, 1), fmt)
-    _reject(_shift_keys(equality(12, positions=rs(12)), 3), fmt, eq=True)
+    _reject(shift_keys(m, 1), fmt)
+    _reject(shift_keys(equality(12, positions=rs(12)), 3), fmt, eq=True)
 
 
 def test_key_bias_offset_is_a_row_constant():

@@ -3,8 +3,6 @@ exhaustive == certificate, mutants."""
 
 from __future__ import annotations
 
-import copy
-import dataclasses
 import itertools
 from fractions import Fraction
 
@@ -13,7 +11,7 @@ import pytest
 
 from exactformer.constructions import registry
 from exactformer.constructions import thresholds as th
-from exactformer.constructions.equality import CodeView, gram_scale
+from exactformer.constructions.equality import gram_scale
 from exactformer.constructions.ir import CodeBlock, ExactTensor
 from exactformer.constructions.position_codes import position_codes
 from exactformer.precision import FixedPoint, parse_format
@@ -23,6 +21,7 @@ from exactformer.verify.certify_two_layer import certify_two_layer
 from exactformer.verify.executor import run
 from exactformer.verify.tasks_boolean import TASKS_BOOLEAN
 from exactformer.verify.verifier import verify
+from mutants import shift_keys
 
 
 
@@ -264,21 +263,13 @@ def test_mutant_precision_too_low():
     assert "readout fails" in rep.reason
 
 
-def _shift_keys(model, by=1):
-    pe = model.pos_embed
-    kb = pe.blocks[0]
-    T = pe.n_rows
-    nb = CodeBlock(CodeView(kb.code, "table", (np.arange(T) + by) % T), kb.first_row, kb.count, kb.col, 0, kb.scale)
-    m = copy.copy(model)
-    m.pos_embed = dataclasses.replace(pe, blocks=(nb,) + pe.blocks[1:])
-    return m
 
 
 @pytest.mark.parametrize("make", [lambda: th.disjointness(10, positions="reed-solomon"),
                                   lambda: th.k_cnf(10, positions="reed-solomon")])
 def test_mutant_wrong_key_offset(make):
     m = make()
-    _reject(_shift_keys(m), parse_format(m.precision))
+    _reject(shift_keys(m), parse_format(m.precision))
 
 
 def test_mutant_perturbed_mlp_weight():
