@@ -136,7 +136,8 @@ def verify(
         model.weights_raw(fmt)
     except IRError as e:
         return Report(**base, passed=False, inputs_covered=0, seconds=time.perf_counter() - t0,
-                      reason=f"weights not representable: {e}")
+                      reason=f"weights not representable: {e}; the model was built for {model.precision} "
+                             f"(`--find-min-precision` finds the smallest precision that certifies)")
     if mode == "certify":
         from exactformer.verify.certificates import certify
 
