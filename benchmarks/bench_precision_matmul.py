@@ -11,9 +11,10 @@ Cases (raw values random; "int-valued" = multiples of S, i.e. the fast path):
 from __future__ import annotations
 
 import argparse
-import time
 
 import numpy as np
+
+from bench_precision_softmax import _best  # benchmarks/ is on sys.path when run as a script
 
 
 def main(argv=None) -> int:
@@ -60,16 +61,7 @@ def main(argv=None) -> int:
         times = []
         for fn in (fixed, flt):
             fn()
-            best = float("inf")
-            for _ in range(args.repeat):
-                if sync:
-                    sync()
-                t = time.perf_counter()
-                fn()
-                if sync:
-                    sync()
-                best = min(best, time.perf_counter() - t)
-            times.append(best)
+            times.append(_best(fn, args.repeat, sync))
         print(f"| {name} | {tuple(a.shape)} @ {tuple(b.shape)} | {times[0]:.3f} | {times[1]:.3f} | "
               f"{times[0] / times[1]:.1f} |", flush=True)
     return 0

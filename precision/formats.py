@@ -191,6 +191,15 @@ def _exact_value(v: Any, op: str = "quantize", pname: str = "x"):
     )
 
 
+
+def _rational_or_none(x) -> Fraction | None:
+    """x as an exact Fraction, or None when it is not a finite rational (for ``represents``)."""
+    try:
+        v = _exact_value(x, "represents")
+    except PrecisionError:
+        return None
+    return None if isinstance(v, tuple) else v  # a tuple marks an irrational value
+
 def _round_fraction(q: Fraction, nearest: bool) -> int:
     n, d = q.numerator, q.denominator
     f = n // d
@@ -302,12 +311,9 @@ class FixedPoint(Format):
     # ---- conversion ----------------------------------------------------------------------------
     def represents(self, x) -> bool:
         """True iff x is exactly a grid point of this format inside its range."""
-        try:
-            v = _exact_value(x, "represents")
-        except PrecisionError:
+        v = _rational_or_none(x)
+        if v is None:
             return False
-        if isinstance(v, tuple):
-            return False  # irrational
         q = v * self.scale
         return q.denominator == 1 and self.min_raw <= q.numerator <= self.max_raw
 
@@ -929,11 +935,8 @@ class FloatFormat(Format):
         return t.float64 if self.bits == 64 else t.float32
 
     def represents(self, x) -> bool:
-        try:
-            v = _exact_value(x, "represents")
-        except PrecisionError:
-            return False
-        if isinstance(v, tuple):
+        v = _rational_or_none(x)
+        if v is None:
             return False
         f = self.np_dtype(float(v)) if abs(v) <= Fraction(self.max_raw) else None
         return f is not None and bool(np.isfinite(f)) and Fraction(float(f)) == v
