@@ -35,6 +35,7 @@ itself) or i - N/2 (i >= N/2). The residual stream has d_model = 4 + 2k columns:
 
 from __future__ import annotations
 
+import hashlib
 import math
 from dataclasses import dataclass
 from fractions import Fraction
@@ -52,6 +53,7 @@ from exactformer.constructions.ir import (
     ExactTensor,
     Param,
     check_shapes,
+    code_fingerprint,
     sequence_rows,
 )
 from exactformer.constructions.position_codes import position_codes
@@ -300,6 +302,10 @@ class CodeView:
         return np.asarray(self.base.numerators(self.base_indices(idx)))
 
     signs = numerators
+
+    def generator_key(self) -> tuple:
+        data = hashlib.sha256(np.ascontiguousarray(self.data).tobytes()).hexdigest() if self.kind == "table" else self.data
+        return ("view", self.kind, data, code_fingerprint(self.base))
 
     def describe(self) -> dict:
         out = {"family": "view", "kind": self.kind, "base": self.base.describe() if hasattr(self.base, "describe") else {}}

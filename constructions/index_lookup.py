@@ -344,12 +344,19 @@ def encode_batch(model: CompiledModel, examples: Sequence[tuple[Sequence[int], i
 def encode_arrays(model: CompiledModel, symbols: np.ndarray, p: np.ndarray) -> np.ndarray:
     """Vectorised encoding: symbols [B, N] in [0, S), p [B] in [1, N] -> ids [B, N+1]."""
     S, n = len(model.answers), model.n
-    symbols = np.asarray(symbols, dtype=np.int64)
-    p = np.asarray(p, dtype=np.int64)
+    symbols, p = np.asarray(symbols), np.asarray(p)
+    for name, a in (("symbols", symbols), ("p", p)):
+        if a.size and not np.issubdtype(a.dtype, np.integer):
+            raise IndexLookupError(f"{name} must be integers, got dtype {a.dtype}")
     if symbols.ndim != 2 or symbols.shape[1] != n:
         raise IndexLookupError(f"symbols must have shape [B, {n}], got {symbols.shape}")
     if symbols.size and (symbols.min() < 0 or symbols.max() >= S):
         raise IndexLookupError(f"symbols must lie in [0, {S})")
+    if p.ndim != 1 or p.shape[0] != symbols.shape[0]:
+        raise IndexLookupError(f"p must have shape [{symbols.shape[0]}], got {p.shape}")
     if p.size and (p.min() < 1 or p.max() > n):
         raise IndexLookupError(f"p must lie in [1, {n}]")
-    return np.concatenate([symbols, (S + p - 1)[:, None]], axis=1)
+    out = np.empty((symbols.shape[0], n + 1), dtype=np.int32 if S + n < 1 << 31 else np.int64)
+    out[:, :n] = symbols
+    out[:, n] = S + p - 1
+    return out

@@ -27,6 +27,7 @@ for a format are produced by ``fmt.quantize`` and the quantisation is checked to
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import math
 from dataclasses import dataclass, field
 from fractions import Fraction
@@ -189,18 +190,28 @@ class Embedding:
         self._fill(rows, out, lambda t: t.num * (den // t.den), lambda b: b.scale.numerator * (den // b.scale.denominator))
         return ExactTensor(out, den)
 
-    def raw(self, rows: np.ndarray, fmt: Format) -> np.ndarray:
-        """Raw rows ``[len(rows), d_model]`` under ``fmt`` (numpy int64, or float for float formats)."""
-        rows = np.asarray(rows, dtype=np.int64)
+    def raw(self, rows: np.ndarray, fmt: Format, cols: np.ndarray | None = None) -> np.ndarray:
+        """Raw rows ``[len(rows), d_model]`` (or ``[len(rows), len(cols)]``) under ``fmt`` (numpy
+        int64, or float for float formats)."""
+        return self.raw_reader(fmt)(rows, cols)
+
+    def raw_reader(self, fmt: Format) -> Callable[[np.ndarray, np.ndarray | None], np.ndarray]:
+        """A function ``(rows, cols=None) -> raw rows`` with the table and the block scales
+        quantised once (checked exact: a value ``fmt`` cannot represent raises IRError)."""
         table_raw = self.table.raw(fmt)
         dtype = table_raw.dtype if table_raw.size else (np.float64 if not fmt.is_exact else np.int64)
-        out = np.zeros((rows.size, self.d_model), dtype=dtype)
         scales = {}
         for b in self.blocks:
             ExactTensor.from_values([b.scale]).raw(fmt)  # representability check with a clear error
             scales[id(b)] = np.asarray(fmt.quantize(np.array([b.scale, -b.scale], dtype=object)))
-        self._fill(rows, out, lambda t: table_raw, None, scales)
-        return out
+
+        def read(rows: np.ndarray, cols: np.ndarray | None = None) -> np.ndarray:
+            rows = np.asarray(rows, dtype=np.int64)
+            out = np.zeros((rows.size, self.d_model), dtype=dtype)
+            self._fill(rows, out, lambda t: table_raw, None, scales)
+            return out if cols is None else out[:, cols]
+
+        return read
 
     def _fill(self, rows, out, table_fn, scale_fn, raw_scales=None) -> None:
         if np.any(rows < 0) or np.any(rows >= self.n_rows):
@@ -307,6 +318,29 @@ class CompiledModel:
     params: dict[str, Param] = field(default_factory=dict)
     precision: str | None = None  # format name the model was built for
     task_params: dict[str, Any] = field(default_factory=dict)
+    answer_positions: tuple[int, ...] | None = None  # None: the last position of the input
+
+    def answer_positions_for(self, T: int) -> np.ndarray:
+        """The positions whose logits are answers, for an input of length ``T`` (0-based)."""
+        if self.answer_positions is None:
+            return np.array([T - 1], dtype=np.int64)
+        pos = np.asarray(self.answer_positions, dtype=np.int64)
+        if pos.size == 0 or pos.min() < 0 or pos.max() >= T:
+            raise IRError(f"answer positions {list(pos[:4])}... do not fit an input of length {T}")
+        return pos
+
+    def fingerprint(self) -> str:
+        """sha256 of everything the forward pass depends on: weights, embeddings (tables and the
+        position codes' generators), attention masks and answer positions. Equal fingerprints mean
+        equal models; caches of input-independent work are keyed by it, never by ``id()``."""
+        h = hashlib.sha256()
+        for name, t in sorted(self.tensors().items()):
+            _hash_tensor(h, name, t)
+        for name, emb in (("embed", self.embed), ("pos_embed", self.pos_embed)):
+            _hash_embedding(h, name, emb)
+        h.update(repr([b.attn.causal for b in self.blocks]).encode())
+        h.update(repr(self.answer_positions).encode())
+        return h.hexdigest()
 
     # ---- shape facts -------------------------------------------------------------------
     @property
@@ -449,6 +483,33 @@ class CompiledModel:
     def weights_raw(self, fmt: Format) -> dict[str, np.ndarray]:
         """Every non-embedding weight as raw values of ``fmt`` (checked exact)."""
         return {k: t.raw(fmt) for k, t in self.tensors().items()}
+
+
+def _hash_tensor(h: "hashlib._Hash", name: str, t: ExactTensor) -> None:
+    num = np.ascontiguousarray(t.num)
+    h.update(f"{name}|{num.shape}|{num.dtype}|{t.den}|".encode())
+    h.update(num.tobytes() if num.dtype != object else repr(num.tolist()).encode())
+
+
+def _hash_embedding(h: "hashlib._Hash", name: str, emb: Embedding) -> None:
+    h.update(f"{name}|{emb.n_rows}|{emb.d_model}|{emb.table_first_row}|".encode())
+    _hash_tensor(h, name + ".table", emb.table)
+    for b in emb.blocks:
+        h.update(f"block|{b.first_row}|{b.count}|{b.col}|{b.code_start}|{b.scale}|".encode())
+        h.update(code_fingerprint(b.code).encode())
+
+
+def code_fingerprint(code: Any) -> str:
+    """A digest of a position code's content: its generator's parameters when it has a
+    deterministic generator (``generator_key()``), else every vector it holds."""
+    key = getattr(code, "generator_key", None)
+    if key is not None:
+        return hashlib.sha256(repr(key()).encode()).hexdigest()
+    h = hashlib.sha256(f"{type(code).__name__}|{code.n}|{code.k}|".encode())
+    step = max(1, (1 << 22) // max(int(code.k), 1))
+    for s in range(0, int(code.n), step):
+        h.update(np.ascontiguousarray(code.numerators(np.arange(s, min(int(code.n), s + step)))).tobytes())
+    return h.hexdigest()
 
 
 def sequence_rows(examples: Sequence[Any]) -> np.ndarray:

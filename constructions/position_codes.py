@@ -418,6 +418,10 @@ class ReedSolomonCode(PositionCode):
     def _numerators_np(self, idx: np.ndarray) -> np.ndarray:
         return gen.rs_signs(np, self.field, self.d, idx)
 
+    def generator_key(self) -> tuple:
+        """Everything the vectors depend on (see :func:`exactformer.constructions.ir.code_fingerprint`)."""
+        return (self.family, self.n, self.m, self.d)
+
     def _numerators_torch(self, idx, device):
         import torch
 
@@ -493,6 +497,9 @@ class RandomSignCode(PositionCode):
     def _numerators_np(self, idx: np.ndarray) -> np.ndarray:
         return gen.random_signs(np, self.key, self.k, idx)
 
+    def generator_key(self) -> tuple:
+        return (self.family, self.n, self.k, self.seed)
+
     def _numerators_torch(self, idx, device):
         import torch
 
@@ -519,6 +526,9 @@ class OneHotCode(PositionCode):
     @property
     def gram_scale(self) -> Fraction:
         return Fraction(1)
+
+    def generator_key(self) -> tuple:
+        return (self.family, self.n)
 
     def signs(self, indices: IndexLike) -> np.ndarray:
         raise PositionCodeError(

@@ -22,6 +22,7 @@ from .formats import (
     RawArray,
     parse_format,
 )
+from .prepared import Prepared
 
 __all__ = [
     "ACCUMULATE",
@@ -34,6 +35,7 @@ __all__ = [
     "Format",
     "FormatMismatchError",
     "PrecisionError",
+    "Prepared",
     "RawArray",
     "RawTypeError",
     "parse_format",

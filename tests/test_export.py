@@ -185,11 +185,11 @@ def test_to_torch_matches_executor(model):
     assert logits.shape == (128, model.n + 1, len(model.answers)) and logits.dtype == torch.float64
     last = logits[:, -1, :].detach().numpy()
     rf = run(model, tokens, Float64)
-    assert np.allclose(last, rf.logits, rtol=0, atol=1e-9)
+    assert np.allclose(last, rf.logits[:, -1], rtol=0, atol=1e-9)
     for fmt in (parse_format(model.precision), Float64):
         r = run(model, tokens, fmt)
         ok = [i for i, a in enumerate(r.answers) if a is not None]
-        assert ok and all(int(np.argmax(last[i])) == model.answers.index(r.answers[i]) for i in ok)
+        assert ok and all(int(np.argmax(last[i])) == model.answers.index(r.answers[i][0]) for i in ok)
     assert tm.decode(logits) == list(truth)
     assert "blocks.0.attn.W_Q" in tm.state_dict()
     t32 = to_torch(model, dtype=torch.float32)
@@ -229,7 +229,7 @@ def test_padding_and_causal(model, tmp_path: Path, causal: bool):
     rf = run(m, tokens, Float64)
     assert np.array_equal(rf.logits, run(m2, tokens, Float64).logits)
     last = to_torch(m)(torch.as_tensor(tokens))[:, -1, :].detach().numpy()
-    assert np.allclose(last, rf.logits, rtol=0, atol=1e-9)
+    assert np.allclose(last, rf.logits[:, -1], rtol=0, atol=1e-9)
 
 
 @pytest.mark.cuda
@@ -239,7 +239,7 @@ def test_to_torch_cuda(model):
     tm = to_torch(model).to("cuda")
     logits = tm(torch.as_tensor(tokens, device="cuda"))
     assert logits.device.type == "cuda"
-    assert np.allclose(logits[:, -1].cpu().numpy(), run(model, tokens, Float64).logits, rtol=0, atol=1e-9)
+    assert np.allclose(logits[:, -1].cpu().numpy(), run(model, tokens, Float64).logits[:, -1], rtol=0, atol=1e-9)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -273,11 +273,11 @@ def test_to_transformer_lens_matches_executor(model, causal: bool):
     assert logits.shape == (64, m.n + 1, len(m.answers))
     last = logits[:, -1, :].double().cpu().numpy()
     rf = run(m, tokens, Float64)
-    scale = max(1.0, float(np.abs(rf.logits).max()))
-    assert np.allclose(last, rf.logits, rtol=0, atol=1e-5 * scale)  # float32 tolerance
+    scale = max(1.0, float(np.abs(rf.logits[:, -1]).max()))
+    assert np.allclose(last, rf.logits[:, -1], rtol=0, atol=1e-5 * scale)  # float32 tolerance
     r = run(m, tokens, parse_format(m.precision))
     ok = [i for i, a in enumerate(r.answers) if a is not None]
-    assert ok and all(int(np.argmax(last[i])) == m.answers.index(r.answers[i]) for i in ok)
+    assert ok and all(int(np.argmax(last[i])) == m.answers.index(r.answers[i][0]) for i in ok)
     assert [m.answers[int(i)] for i in last.argmax(axis=1)] == list(truth)
 
 

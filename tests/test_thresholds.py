@@ -73,7 +73,7 @@ def py_truth(model, x):
 def confirm(model, fmt, cex):
     x = np.asarray([cex["input"]])
     assert cex["expected"] == int(py_truth(model, x)[0])
-    assert run(model, th.encode_arrays(model, x), fmt).answers[0] != cex["expected"]
+    assert run(model, th.encode_arrays(model, x), fmt).answers[0][0] != cex["expected"]
 
 
 def rs(n):

@@ -1,49 +1,51 @@
 """The executor: runs a :class:`~exactformer.constructions.ir.CompiledModel` under a number format.
 
-Every arithmetic step goes through the format's operations (:mod:`exactformer.precision`), in the
-order of a TransformerLens HookedTransformer forward pass without normalisation; each step is
-rounded and saturated exactly as the format prescribes, and the format counts every saturation and
-underflow. The semantics, per block (all ops are the format's; ``@`` is ``fmt.matmul``, which rounds
-every product and saturates the exact sum once)::
+The semantics is the plain forward pass of :mod:`exactformer.verify.forward` (every step the
+format's operation, in TransformerLens order); this module computes the same logits at the model's
+answer positions, bit for bit, with shortcuts that provably change nothing:
 
-    x      = add(E[token], P[pos])
-    q      = add(x @ W_Q[h], b_Q[h])          (likewise k, v)
-    a      = softmax(q @ k^T)                 row-wise, App. D (max subtracted, exp, sum, divide)
-    z      = a @ v
-    attn   = add(concat_h(z) @ concat_h(W_O), b_O)
-    x      = add(x, attn)
-    x      = add(x, add(relu(add(x @ W_in, b_in)) @ W_out, b_out))
-    logits = add(x[last] @ W_U, b_U)
+* **Live columns.** Only the residual columns that a later read needs are carried (a column that no
+  later projection, MLP or unembedding reads cannot change the logits), and each projection
+  multiplies only the rows of its weight that are nonzero (zero rows add products that are 0).
+* **Answer positions.** The last block is computed only at the answer positions; earlier blocks at
+  every position (their keys and values are read).
+* **Sharing without the input.** In the first block a projection whose weight rows read only
+  columns that the token embedding leaves zero depends on the position alone ("shared"); one that
+  reads only columns the positional embedding leaves zero depends on the token alone ("per token",
+  computed once per distinct token id); in later blocks a projection that reads no column is its
+  bias. An attention row whose query and keys are both shared is the same for every input: it is
+  computed once per plan and may be held sparse. Rows whose keys are shared but whose query is not
+  are computed once per distinct query vector *within one call* (inputs with equal query vectors
+  have equal rows) and applied to each input's own values. Nothing that depends on an input is
+  kept between calls.
+* **Sparse rows.** A rounded attention row is applied through its nonzero weights only (zero
+  weights give products that are exactly 0); the sum is exact and saturated once, as in
+  ``fmt.matmul``.
 
-Work that provably does not change the result is skipped, never approximated:
+A plan (raw weights, live columns, shared projections and shared attention rows) is cached under
+the model's content fingerprint, the format, the device and the input length.
 
-* only the last position is computed in the last block (other positions only feed its keys and
-  values), and only the rows a later block needs are kept;
-* in the first block a projection whose nonzero weight rows only read columns that the token
-  embedding leaves zero depends on the position alone and is computed once per batch (likewise a
-  projection that only reads token columns is computed once per distinct token): the residual
-  entries it reads are then exactly the positional (or token) entries, and zero weight rows add
-  products that are exactly 0;
-* attention rows whose query vector and keys are shared by several inputs are computed once;
-* value columns whose weights and bias are zero are dropped (their products are exactly 0).
-
-No ``n x d`` embedding table is ever built: embedding rows are generated from position codes for
-the rows a batch uses.
+Backends: numpy on the CPU; torch (``device="cuda"``, or ``"torch-cpu"`` to run the torch code on
+the CPU, as the tests do) with the same exact integer results.
 """
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from exactformer.constructions.ir import Attention, CompiledModel, Embedding, ExactTensor
-from exactformer.precision import Format
+from exactformer.constructions.ir import CompiledModel
+from exactformer.precision import Format, Prepared
 
-DEVICES = ("cpu", "cuda")
-ATTENTION_BLOCK_ENTRIES = 1 << 25  # query rows are processed in chunks of about this many weights
-SPARSE_ATTENTION_ENTRIES = 1 << 26  # nonzero weights of shared attention blocks kept per plan
+DEVICES = ("cpu", "cuda", "torch-cpu")
+TOKEN_TABLE_ENTRIES = 1 << 24  # per-token tables indexed by token id up to this size (else compacted)
+ATTENTION_BLOCK_ENTRIES = 1 << 24  # attention entries per query chunk (rows x keys x inputs)
+SPARSE_FRACTION = 8  # a row block is held sparse when at most 1/SPARSE_FRACTION of it is nonzero
+PLAN_CACHE_SIZE = 4
+RESIDUAL_BUDGET = 1 << 25  # residual entries per batch chunk (inputs x positions x live columns)
 
 
 class ExecutorError(ValueError):
@@ -52,22 +54,82 @@ class ExecutorError(ValueError):
 
 @dataclass
 class RunResult:
-    """Outputs of :func:`run`.
+    """Outputs of :func:`run` for B inputs and A answer positions.
 
-    ``logits``: raw values of the format at the last position, numpy [B, d_vocab_out].
-    ``answers``: decoded answers (strict argmax; ``None`` where the maximum is tied).
-    ``margin``: numpy [B] raw: logit of the best answer minus the runner-up (0 on a tie).
-    ``counts``: the format's op counts for this run (saturations, underflows).
+    ``logits``: raw values of the format, [B, A, d_vocab_out].
+    ``answers``: decoded answers [B][A] (strict argmax; ``None`` where the maximum is tied).
+    ``margin``: [B, A] raw: the best logit minus the runner-up (0 on a tie).
+    ``counts``: the format's event counts for this run (saturations, underflows).
     """
 
     logits: np.ndarray
-    answers: list[Any]
+    answers: list[list[Any]]
     margin: np.ndarray
     counts: dict[str, int] = field(default_factory=dict)
 
 
+def decode_logits(model: CompiledModel, logits: np.ndarray) -> tuple[list[list[Any]], np.ndarray]:
+    """Strict argmax decoding of [B, A, V] logits; ties decode to ``None``."""
+    B, A, V = logits.shape
+    if V == 1:
+        return [[model.answers[0]] * A for _ in range(B)], np.full((B, A), np.inf)
+    order = np.argsort(-logits, axis=-1, kind="stable")
+    best = np.take_along_axis(logits, order[..., :1], axis=-1)[..., 0]
+    second = np.take_along_axis(logits, order[..., 1:2], axis=-1)[..., 0]
+    margin = best - second
+    answers = [[model.answers[int(i)] if m > 0 else None for i, m in zip(order[b, :, 0], margin[b])] for b in range(B)]
+    return answers, margin
+
+
+def run(model: CompiledModel, tokens: np.ndarray, fmt: Format, device: str = "cpu",
+        batch_size: int | None = None) -> RunResult:
+    """Run ``model`` on token ids ``tokens`` [B, T] (or [T]) under ``fmt``.
+
+    ``T`` must not exceed ``model.n_ctx``; ids must lie in ``[0, model.d_vocab)``. Returns the
+    logits at the model's answer positions (see :class:`RunResult`). ``batch_size`` bounds the
+    inputs processed at once (default: chosen so the live residual stays near 2^25 entries).
+    """
+    tokens = np.asarray(tokens)
+    if tokens.ndim == 1:
+        tokens = tokens[None, :]
+    if tokens.ndim != 2 or not (np.issubdtype(tokens.dtype, np.integer) or tokens.size == 0):
+        raise ExecutorError(f"tokens must be an integer array [B, T], got dtype {tokens.dtype} shape {tokens.shape}")
+    if tokens.dtype.itemsize > 8 or not np.issubdtype(tokens.dtype, np.signedinteger):
+        tokens = tokens.astype(np.int64)
+    B, T = tokens.shape
+    if not 1 <= T <= model.n_ctx:
+        raise ExecutorError(f"sequence length T={T} must lie in [1, n_ctx={model.n_ctx}]")
+    if B and (tokens.min() < 0 or tokens.max() >= model.d_vocab):
+        raise ExecutorError(f"token ids must lie in [0, d_vocab={model.d_vocab})")
+    plan = plan_for(model, fmt, device, T)
+    plan.fmt = fmt  # a plan is shared by equal formats; events are counted on the caller's object
+    if batch_size is None:
+        batch_size = max(1, RESIDUAL_BUDGET // max(1, plan.entries_per_input))
+    fmt.reset_counts()
+    parts = [plan.be.get(plan.forward(tokens[s : s + batch_size])) for s in range(0, B, batch_size)]
+    logits = np.concatenate(parts, axis=0) if parts else np.zeros((0, plan.answer_pos.size, len(model.answers)), np.int64)
+    answers, margin = decode_logits(model, logits)
+    return RunResult(logits, answers, margin, fmt.counts.as_dict())
+
+
+_PLAN_CACHE: "OrderedDict[tuple, _Plan]" = OrderedDict()
+
+
+def plan_for(model: CompiledModel, fmt: Format, device: str, T: int) -> "_Plan":
+    """The input-independent precomputation for (model content, format, device, length)."""
+    key = (model.fingerprint(), fmt.name, device, T)
+    plan = _PLAN_CACHE.get(key)
+    if plan is None:
+        plan = _Plan(model, fmt, _Backend(device, fmt.is_exact), T)
+        _PLAN_CACHE[key] = plan
+        while len(_PLAN_CACHE) > PLAN_CACHE_SIZE:
+            _PLAN_CACHE.popitem(last=False)
+    _PLAN_CACHE.move_to_end(key)
+    return plan
+
+
 # ---------------------------------------------------------------------------------------------
-# backend shim: numpy on the CPU, torch on CPU or CUDA; the format's ops accept either
+# backend shim: numpy, or torch on CPU/CUDA; the format's ops accept either
 # ---------------------------------------------------------------------------------------------
 
 
@@ -76,107 +138,67 @@ class _Backend:
         if device not in DEVICES:
             raise ExecutorError(f"device must be one of {DEVICES}, got {device!r}")
         self.device = device
-        self.torch = device == "cuda"
+        self.torch = device != "cpu"
         if self.torch:
             import torch
 
-            if not torch.cuda.is_available():
+            if device == "cuda" and not torch.cuda.is_available():
                 raise ExecutorError("device='cuda' requested but torch.cuda.is_available() is False")
             self.t = torch
-        self.dtype = np.int64 if exact else np.float64
+            self.tdev = torch.device("cuda" if device == "cuda" else "cpu")
 
-    def put(self, a: np.ndarray):
-        if not self.torch:
-            return a
-        return self.t.as_tensor(np.ascontiguousarray(a), device=self.device)
-
-    def get(self, a) -> np.ndarray:
+    def put(self, a):
         if not self.torch:
             return np.asarray(a)
-        return a.detach().cpu().numpy()
+        a = np.ascontiguousarray(a)
+        if a.dtype.kind in "iu" and a.dtype != np.int64:
+            a = a.astype(np.int64)  # torch indexes with int64
+        return self.t.as_tensor(a, device=self.tdev)
 
-    def concat(self, arrays, axis: int):
+    def get(self, a) -> np.ndarray:
+        return a.detach().cpu().numpy() if self.torch else np.asarray(a)
+
+    def cat(self, arrays, axis: int):
         return self.t.cat(list(arrays), dim=axis) if self.torch else np.concatenate(arrays, axis=axis)
 
-    def transpose_last(self, a):
+    def swap(self, a):
         return a.transpose(-1, -2) if self.torch else np.swapaxes(a, -1, -2)
 
-    def unique_inverse(self, a):
+    def zeros(self, shape, like):
+        return self.t.zeros(shape, dtype=like.dtype, device=like.device) if self.torch else np.zeros(shape, like.dtype)
+
+    def expand(self, a, B: int):
+        return a.expand(B, *a.shape[1:]) if self.torch else np.broadcast_to(a, (B,) + a.shape[1:])
+
+    def repeat(self, a, counts):
+        return self.t.repeat_interleave(a, counts) if self.torch else np.repeat(a, counts)
+
+    def cumsum0(self, a, axis: int):
+        """Exact cumulative sums along ``axis`` with a leading 0 (int64)."""
         if self.torch:
-            u, inv = self.t.unique(a, return_inverse=True)
+            c = self.t.cumsum(a, dim=axis)
+            pad = list(c.shape)
+            pad[axis] = 1
+            return self.t.cat([self.t.zeros(pad, dtype=c.dtype, device=c.device), c], dim=axis)
+        c = np.cumsum(a, axis=axis)
+        pad = list(c.shape)
+        pad[axis] = 1
+        return np.concatenate([np.zeros(pad, dtype=c.dtype), c], axis=axis)
+
+    def unique_rows(self, a):
+        """(unique rows, inverse) of a 2-D integer array."""
+        if self.torch:
+            u, inv = self.t.unique(a, dim=0, return_inverse=True)
             return u, inv
-        return np.unique(a, return_inverse=True)
+        u, inv = np.unique(a, axis=0, return_inverse=True)
+        return u, inv.reshape(-1)
 
 
-# ---------------------------------------------------------------------------------------------
-# the forward pass
-# ---------------------------------------------------------------------------------------------
-
-
-def run(
-    model: CompiledModel,
-    tokens: np.ndarray,
-    fmt: Format,
-    device: str = "cpu",
-    batch_size: int | None = None,
-) -> RunResult:
-    """Run ``model`` on token ids ``tokens`` [B, T] (or [T]) under ``fmt``.
-
-    ``T`` must not exceed ``model.n_ctx``; ids must lie in ``[0, model.d_vocab)``. Returns the
-    last-position logits and decoded answers (see :class:`RunResult`). ``batch_size`` bounds the
-    inputs processed at once (default: chosen so the residual stream stays near 256 MiB).
-    """
-    tokens = np.asarray(tokens)
-    if tokens.ndim == 1:
-        tokens = tokens[None, :]
-    if tokens.ndim != 2 or not np.issubdtype(tokens.dtype, np.integer):
-        raise ExecutorError(f"tokens must be an integer array [B, T], got dtype {tokens.dtype} shape {tokens.shape}")
-    B, T = tokens.shape
-    if not 1 <= T <= model.n_ctx:
-        raise ExecutorError(f"sequence length T={T} must lie in [1, n_ctx={model.n_ctx}]")
-    if B and (tokens.min() < 0 or tokens.max() >= model.d_vocab):
-        raise ExecutorError(f"token ids must lie in [0, d_vocab={model.d_vocab})")
-    plan = _plan_for(model, fmt, device, T)
-    be = plan.be
-    if batch_size is None:
-        per_input = T * max(model.d_model, 1) * (len(model.blocks) > 1) + T * 8 + 1
-        batch_size = int(max(1, min(B, (32 << 20) // per_input)))
-    fmt.reset_counts()
-    logits = []
-    for s in range(0, B, batch_size):
-        logits.append(be.get(plan.forward(tokens[s : s + batch_size])))
-    counts = fmt.counts.as_dict()
-    out = np.concatenate(logits, axis=0) if logits else np.zeros((0, len(model.answers)))
-    answers, margin = decode_logits(model, out)
-    return RunResult(out, answers, margin, counts)
-
-
-_PLAN_CACHE: list[tuple[tuple, "_Plan"]] = []
-
-
-def _plan_for(model: CompiledModel, fmt: Format, device: str, T: int) -> "_Plan":
-    """The run's precomputation, reused while the same model object runs under the same format on
-    the same device and length (verification runs many batches; the position-only tensors such as
-    all keys are computed once). One entry: a new model replaces it."""
-    key = (id(model), fmt.name, device, T)
-    for k, plan in _PLAN_CACHE:
-        if k == key and plan.model is model:
-            return plan
-    plan = _Plan(model, fmt, _Backend(device, fmt.is_exact), T)
-    _PLAN_CACHE[:] = [(key, plan)]
-    return plan
-
-
-def decode_logits(model: CompiledModel, logits: np.ndarray) -> tuple[list[Any], np.ndarray]:
-    """Strict argmax decoding of [B, d_vocab_out] logits; ties decode to ``None``."""
-    if logits.shape[1] == 1:
-        return [model.answers[0]] * logits.shape[0], np.full(logits.shape[0], np.inf)
-    order = np.argsort(-logits, axis=1, kind="stable")
-    best = logits[np.arange(len(logits)), order[:, 0]]
-    second = logits[np.arange(len(logits)), order[:, 1]]
-    margin = best - second
-    answers = [model.answers[int(i)] if m > 0 else None for i, m in zip(order[:, 0], margin)]
-    return answers, margin
+def _at(tokens: np.ndarray, positions: np.ndarray) -> np.ndarray:
+    """tokens[:, positions], a view when the positions are a contiguous range."""
+    if positions.size and positions[-1] - positions[0] == positions.size - 1 and np.all(np.diff(positions) == 1):
+        return tokens[:, int(positions[0]) : int(positions[-1]) + 1]
+    return tokens[:, positions]
 
 
 def _unique_ids(ids: np.ndarray, size: int) -> tuple[np.ndarray, np.ndarray]:
@@ -189,206 +211,417 @@ def _unique_ids(ids: np.ndarray, size: int) -> tuple[np.ndarray, np.ndarray]:
     return uniq, lut[ids]
 
 
+# ---------------------------------------------------------------------------------------------
+# projections and attention rows
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass
+class _Proj:
+    """A projection at some positions, held as cheaply as its dependence allows:
+    ``shared`` [1, P, d] (position only), ``token`` table [U, d] with ``idx`` [B, P], or ``full``
+    [B, P, d]."""
+
+    kind: str
+    arr: Any
+    idx: Any = None
+
+    def dense(self, be: _Backend, B: int):
+        if self.kind == "shared":
+            return be.expand(self.arr, B)
+        if self.kind == "token":
+            return self.arr[self.idx]
+        return self.arr
+
+    def rows_at(self, be: _Backend, b, cols):
+        """Values at (input b[i], position cols[i]) -> [len, d] (b, cols backend int arrays)."""
+        if self.kind == "shared":
+            return self.arr[0][cols]
+        if self.kind == "token":
+            return self.arr[self.idx[b, cols]]
+        return self.arr[b, cols]
+
+
+@dataclass
+class _Rows:
+    """Attention rows: dense [R, T] raw weights, or CSR (starts [R+1], cols, vals)."""
+
+    dense: Any = None
+    starts: Any = None
+    cols: Any = None
+    vals: Any = None
+
+
 class _Plan:
-    """Per-run precomputation: raw weights, structural facts, position-only tensors."""
+    """Input-independent precomputation for one (model, format, device, length)."""
 
     def __init__(self, model: CompiledModel, fmt: Format, be: _Backend, T: int):
         self.model, self.fmt, self.be, self.T = model, fmt, be, T
-        self.pos = np.arange(T)
-        self.P = be.put(model.pos_embed.raw(self.pos, fmt))  # [T, d_model]
+        self.answer_pos = model.answer_positions_for(T)
         self.e_cols = model.embed.nonzero_columns()
         self.p_cols = model.pos_embed.nonzero_columns()
+        self.P = model.pos_embed.raw(np.arange(T), fmt)  # [T, d_model] numpy
+        self.E = model.embed.raw_reader(fmt)  # (token ids, cols) -> raw rows
         self.layers = [self._prepare(b.attn, b.mlp) for b in model.blocks]
-        self.W_U = be.put(model.W_U.raw(fmt))
-        self.W_U_rows = np.flatnonzero(np.any(model.W_U.num != 0, axis=1))
+        self._live_columns()
+        self.W_U = be.put(model.W_U.raw(fmt)[self.live_out[-1]])
         self.b_U = be.put(model.b_U.raw(fmt))
-        self._pos_cache: dict[tuple, Any] = {}
-        self._sparse_attn: dict[tuple, tuple] = {}
-        self._sparse_budget = SPARSE_ATTENTION_ENTRIES
+        self.entries_per_input = T * (4 + max(self._materialised_width(li) for li in range(len(self.layers))))
+        self._shared_proj: dict[tuple, Any] = {}
+        self._shared_rows: dict[tuple, _Rows] = {}
+        self._token_tables: dict[tuple, Any] = {}
+        self._prepared: dict[int, tuple] = {}  # id(shared keys) -> (keys, Prepared); the keys are held
 
-    def _prepare(self, attn: Attention, mlp) -> dict[str, Any]:
-        be, fmt = self.be, self.fmt
+    # ---- structure ----------------------------------------------------------------------------
+    def _prepare(self, attn, mlp) -> dict[str, Any]:
+        fmt = self.fmt
         L: dict[str, Any] = {"causal": attn.causal, "H": attn.n_heads}
         for w in ("W_Q", "W_K", "W_V", "b_Q", "b_K", "b_V"):
-            L[w] = be.put(getattr(attn, w).raw(fmt))
-        # value columns that are identically zero (weights and bias) are dropped per head
-        L["v_cols"] = [np.flatnonzero(np.any(attn.W_V.num[h] != 0, axis=0) | (attn.b_V.num[h] != 0))
+            L[w] = getattr(attn, w).raw(fmt)
+        L["reads"] = {w: [np.flatnonzero(np.any(getattr(attn, w).num[h] != 0, axis=1)) for h in range(attn.n_heads)]
+                      for w in ("W_Q", "W_K", "W_V")}
+        # value dims that are identically zero (weights and bias) are dropped per head
+        L["v_dims"] = [np.flatnonzero(np.any(attn.W_V.num[h] != 0, axis=0) | (attn.b_V.num[h] != 0))
                        for h in range(attn.n_heads)]
-        W_O = attn.W_O.raw(fmt)  # [H, d_head, d_model]
-        L["W_O_cat"] = be.put(np.concatenate([W_O[h][L["v_cols"][h]] for h in range(attn.n_heads)], axis=0))
-        L["b_O"] = be.put(attn.b_O.raw(fmt))
-        # which residual columns each projection reads
-        for w in ("W_Q", "W_K", "W_V"):
-            L[w + "_rows"] = [np.flatnonzero(np.any(getattr(attn, w).num[h] != 0, axis=1)) for h in range(attn.n_heads)]
+        W_O = attn.W_O.raw(fmt)
+        L["W_O_cat"] = np.concatenate([W_O[h][L["v_dims"][h]] for h in range(attn.n_heads)], axis=0)
+        L["b_O"] = attn.b_O.raw(fmt)
         for w in ("W_in", "b_in", "W_out", "b_out"):
-            L[w] = be.put(getattr(mlp, w).raw(fmt))
-        # the MLP reads only the residual columns where W_in has a nonzero row
-        L["W_in_rows"] = np.flatnonzero(np.any(mlp.W_in.num != 0, axis=1))
+            L[w] = getattr(mlp, w).raw(fmt)
+        L["mlp_reads"] = np.flatnonzero(np.any(mlp.W_in.num != 0, axis=1))
         return L
 
-    # ---- embeddings -------------------------------------------------------------------------
-    def token_rows(self, ids: np.ndarray):
-        """Raw embedding rows for token ids (numpy ids), cached per id within the run."""
-        return self.be.put(self.model.embed.raw(ids, self.fmt))
+    def _live_columns(self) -> None:
+        """Columns needed at each block's input, middle and output (a column no later read needs
+        cannot change the logits)."""
+        need = np.flatnonzero(np.any(self.model.W_U.num != 0, axis=1))
+        self.live_in, self.live_mid, self.live_out = [], [], []
+        for L in reversed(self.layers):
+            mid = np.union1d(need, L["mlp_reads"])
+            reads = np.concatenate([np.concatenate(L["reads"][w]) for w in ("W_Q", "W_K", "W_V")] + [mid])
+            self.live_out.insert(0, need)
+            self.live_mid.insert(0, mid)
+            self.live_in.insert(0, np.unique(reads).astype(np.int64))
+            need = self.live_in[0]
+        # columns written by the blocks before each block (the rest still hold embedding values)
+        self.written, acc = [], np.zeros(self.model.d_model, dtype=bool)
+        for blk in self.model.blocks:
+            self.written.append(acc.copy())
+            a, m = blk.attn, blk.mlp
+            acc |= np.any(a.W_O.num != 0, axis=(0, 1)) | (a.b_O.num != 0)
+            acc |= np.any(m.W_out.num != 0, axis=0) | (m.b_out.num != 0)
+        be = self.be
+        for li, L in enumerate(self.layers):
+            L["W_O_mid"] = be.put(L["W_O_cat"][:, self.live_mid[li]])
+            L["b_O_mid"] = be.put(L["b_O"][self.live_mid[li]])
+            rows = L["mlp_reads"]
+            L["W_in_r"], L["b_in_t"] = be.put(L["W_in"][rows]), be.put(L["b_in"])
+            L["mlp_pos"] = be.put(np.searchsorted(self.live_mid[li], rows))
+            L["W_out_o"], L["b_out_o"] = be.put(L["W_out"][:, self.live_out[li]]), be.put(L["b_out"][self.live_out[li]])
+            L["mid_from_in"] = be.put(np.searchsorted(self.live_in[li], self.live_mid[li]))
+            L["out_from_mid"] = be.put(np.searchsorted(self.live_mid[li], self.live_out[li]))
 
-    def residual0(self, tokens: np.ndarray):
-        """Full first residual stream [B, T, d_model] = add(E[tok], P[pos])."""
-        uniq, inv = _unique_ids(tokens, self.model.d_vocab)
-        E = self.token_rows(uniq)
-        inv_b = self.be.put(inv)
-        return self.fmt.add(E[inv_b], self.P[None, :, :])
-
-    # ---- projections --------------------------------------------------------------------------
-    def _project(self, x, W, b, rows=None):
-        """add(x @ W, b) with x [..., d_model] restricted to ``rows`` of W when given."""
-        if rows is not None:
-            rows_b = self.be.put(rows)
-            return self.fmt.add(self.fmt.matmul(x[..., rows_b], W[rows_b]), b)
-        return self.fmt.add(self.fmt.matmul(x, W), b)
-
-    def _source(self, rows: np.ndarray) -> str:
-        """'pos' if these residual columns carry only positional entries, 'tok' if only token
-        entries, else 'full' (first block only)."""
+    def _source(self, li: int, rows: np.ndarray) -> str:
+        """How a projection reading residual ``rows`` at block ``li`` depends on the input: "shared"
+        (position only, or its bias when it reads nothing), "token" (token only), "embed" (the
+        embedding at each position) or "resid" (the residual stream). Columns that no earlier
+        block writes still hold their embedding values, so the first three apply to them too."""
         if rows.size == 0:
-            return "pos"
+            return "shared"
+        if np.any(self.written[li][rows]):
+            return "resid"
         if not np.any(self.e_cols[rows]):
-            return "pos"
+            return "shared"
         if not np.any(self.p_cols[rows]):
-            return "tok"
-        return "full"
+            return "token"
+        return "embed"
 
+    def _materialised_width(self, li: int) -> int:
+        """Residual columns held per input and position in block ``li`` (projections computed from
+        the embedding or the residual, and the residual itself after the first block); shared and
+        per-token projections hold no such array."""
+        L = self.layers[li]
+        width = len(self.live_in[li]) if li > 0 else 0
+        for w in ("W_Q", "W_K", "W_V"):
+            for rows in L["reads"][w]:
+                if self._source(li, rows) in ("embed", "resid"):
+                    width = max(width, len(rows))
+        return width
+
+    def _affine(self, x, W, b):
+        """add(x @ W, b) for x [..., n] (n may be 0: then the bias, broadcast)."""
+        fmt, be = self.fmt, self.be
+        if x.shape[-1] == 0:
+            return fmt.add(be.zeros(tuple(x.shape[:-1]) + (W.shape[-1],), b), b)
+        return fmt.add(fmt.matmul(x, W), b)
+
+    # ---- the forward pass ---------------------------------------------------------------------
     def forward(self, tokens: np.ndarray):
         fmt, be = self.fmt, self.be
-        B, T = tokens.shape
+        T = tokens.shape[1]
+        x = None  # live residual [B, T, live_in[li]] for li >= 1
         nL = len(self.layers)
-        x = None  # residual [B, T or 1, d_model]; None while still "embedding only" (block 0)
         for li, L in enumerate(self.layers):
-            last_only = li == nL - 1
-            q_pos = np.array([T - 1]) if last_only else self.pos
-            heads_z = []
-            for h in range(L["H"]):
-                kh = self._head_proj(L, h, "K", tokens, x, self.pos)
-                vcols = L["v_cols"][h]
-                vh = self._head_proj(L, h, "V", tokens, x, self.pos, cols=vcols)
-                if vh.shape[0] == 1 and B > 1:
-                    vh = vh.expand(B, *vh.shape[1:]) if be.torch else np.broadcast_to(vh, (B,) + vh.shape[1:])
-                # query rows in chunks, so an attention block [B|1, chunk, T] stays near 2^25 entries
-                chunk = max(1, ATTENTION_BLOCK_ENTRIES // (self.T * max(1, B if x is not None else 1)))
-                parts = []
-                for q0 in range(0, q_pos.size, chunk):
-                    qp = q_pos[q0 : q0 + chunk]
-                    key = (id(L), h, int(qp[0]), qp.size)
-                    if key in self._sparse_attn:  # a shared, mostly-zero block computed earlier
-                        parts.append(self._sparse_apply(self._sparse_attn[key], vh))
-                        continue
-                    qh = self._head_proj(L, h, "Q", tokens, x, qp)  # [B|1, len(qp), dh]
-                    a = self._attention(qh, kh, L["causal"], qp, B)  # [B|1, len(qp), T]
-                    if a.shape[0] == 1 and x is None and not be.torch:
-                        sp = self._sparsify(a[0])
-                        if sp is not None:
-                            self._sparse_attn[key] = sp
-                            parts.append(self._sparse_apply(sp, vh))
-                            continue
-                    parts.append(fmt.matmul(a, vh))  # [B, len(qp), |vcols|]
-                heads_z.append(parts[0] if len(parts) == 1 else be.concat(parts, axis=1))
-            z = be.concat(heads_z, axis=-1)
-            attn_out = fmt.add(fmt.matmul(z, L["W_O_cat"]), L["b_O"])  # [B, Tq, d_model]
-            resid = self._residual_at(tokens, x, q_pos)
-            x_mid = fmt.add(resid, attn_out)
-            pre = self._project(x_mid, L["W_in"], L["b_in"], L["W_in_rows"])
-            mlp_out = fmt.add(fmt.matmul(fmt.relu(pre), L["W_out"]), L["b_out"])
-            x = fmt.add(x_mid, mlp_out)
-        return self._project(x[:, -1, :], self.W_U, self.b_U, self.W_U_rows)
+            q_pos = self.answer_pos if li == nL - 1 else np.arange(T)
+            z = be.cat([self._head(li, L, h, tokens, x, q_pos) for h in range(L["H"])], axis=-1)
+            x_mid = fmt.add(self._residual(li, tokens, x, q_pos), self._affine(z, L["W_O_mid"], L["b_O_mid"]))
+            pre = self._affine(x_mid[..., L["mlp_pos"]], L["W_in_r"], L["b_in_t"])
+            mlp = self._affine(fmt.relu(pre), L["W_out_o"], L["b_out_o"])
+            x = fmt.add(x_mid[..., L["out_from_mid"]], mlp)  # [B, Q, live_out] = the next live_in
+        return self._affine(x, self.W_U, self.b_U)  # [B, A, V]
 
-    def _residual_at(self, tokens, x, q_pos):
-        if x is not None:
-            return x[:, q_pos[0] :, :] if q_pos.size == 1 else x
-        if q_pos.size == 1:
-            E = self.token_rows(tokens[:, q_pos[0]])
-            return self.fmt.add(E, self.P[int(q_pos[0])][None, :])[:, None, :]
-        return self.residual0(tokens)
-
-    def _head_proj(self, L, h, which, tokens, x, positions, cols=None):
-        """Projection ``which`` of head h at ``positions``: [1 or B, len(positions), d_head'].
-
-        Returns a tensor whose leading dim is 1 when it is shared by the whole batch. For the first
-        block, a 'tok' projection of the query is returned with leading dim B (computed per
-        distinct token).
-        """
+    def _embedded(self, tokens: np.ndarray, positions: np.ndarray, cols: np.ndarray):
+        """add(E[token], P[position]) on ``cols`` at ``positions``: [B, len(positions), len(cols)]."""
         be = self.be
-        W = L["W_" + which][h]
-        b = L["b_" + which][h]
-        if cols is not None:
-            cb = be.put(cols)
-            W, b = W[:, cb], b[cb]
-        rows = L["W_" + which + "_rows"][h]
-        if x is not None:  # later blocks: the residual stream is data dependent
-            xs = x if positions.size == x.shape[1] else x[:, int(positions[0]) : int(positions[-1]) + 1, :]
-            return self._project(xs, W, b, rows)
-        src = self._source(rows)
-        if src == "pos":  # depends on positions only: computed once per plan
-            key = (id(L), h, which, int(positions[0]), positions.size)
-            if key not in self._pos_cache:
-                self._pos_cache[key] = self._project(self.P[be.put(positions)], W, b, rows)[None]
-            return self._pos_cache[key]
-        if src == "tok":
-            toks = tokens[:, positions]
-            uniq, inv = _unique_ids(toks, self.model.d_vocab)
-            per_tok = self._project(self.token_rows(uniq), W, b, rows)
-            return per_tok[be.put(inv)]
-        x0 = self.residual0(tokens)[:, int(positions[0]) : int(positions[-1]) + 1, :]
-        return self._project(x0, W, b, rows)
+        uniq, inv = _unique_ids(_at(tokens, positions), self.model.d_vocab)
+        E = be.put(self.E(uniq, cols))
+        return self.fmt.add(E[be.put(inv)], be.put(self.P[positions][:, cols])[None])
 
-    def _sparsify(self, a: np.ndarray):
-        """A shared attention block [rows, T] as (row_starts, cols, vals) when at most 1/8 of its
-        rounded weights are nonzero and the plan's budget allows; else None."""
-        if a.dtype == object:
-            return None
-        nz_r, nz_c = np.nonzero(a)
-        if nz_r.size * 8 > a.size or nz_r.size > self._sparse_budget:
-            return None
-        self._sparse_budget -= nz_r.size
-        starts = np.searchsorted(nz_r, np.arange(a.shape[0] + 1))
-        return starts, nz_c, a[nz_r, nz_c]
+    def _residual(self, li: int, tokens: np.ndarray, x, q_pos: np.ndarray):
+        """The block input at the query positions, on the block's middle columns."""
+        if li == 0:
+            return self._embedded(tokens, q_pos, self.live_mid[0])
+        xs = x if q_pos.size == x.shape[1] else x[:, self.be.put(q_pos)]
+        return xs[..., self.layers[li]["mid_from_in"]]
 
-    def _sparse_apply(self, sp, v):
-        """fmt.matmul(a, v) for a block held sparse: zero weights give products that are exactly
-        0, so only the nonzero ones are rounded (fmt.mul), summed exactly per row and saturated
-        once (the same values and counts as the dense product). v: [B, T, dv] -> [B, rows, dv]."""
-        fmt = self.fmt
-        starts, cols, vals = sp
-        rows = starts.size - 1
-        B, _, dv = v.shape
-        out = np.zeros((B, rows, dv), dtype=np.int64)
-        if cols.size:
-            prods = np.asarray(fmt.mul(vals[None, :, None], np.asarray(v)[:, cols, :]))
-            wide = prods.dtype == object or int(np.abs(prods).max()) * cols.size >= 2**62  # exact prefix sums
-            csum = np.zeros((B, cols.size + 1, dv), dtype=object if wide else np.int64)
-            np.cumsum(prods, axis=1, out=csum[:, 1:])
-            out = csum[:, starts[1:]] - csum[:, starts[:-1]]
-        return fmt.add(out, np.zeros((), dtype=out.dtype))
-
-    def _attention(self, q, k, causal: bool, q_pos: np.ndarray, B: int):
-        """Softmax rows [B, Tq, T] (leading dim 1 when shared by the batch)."""
+    def _proj(self, li: int, L, h: int, which: str, tokens: np.ndarray, x, positions: np.ndarray,
+              dims: np.ndarray | None = None) -> _Proj:
         fmt, be = self.fmt, self.be
-        kt = be.transpose_last(k)  # [1|B, dh, T]
-        if q.shape[0] > 1 and k.shape[0] == 1:
-            # rows depend on the query vector only: compute once per distinct query vector
-            qn = be.get(q).reshape(q.shape[0], -1)
-            uniq, first, inv = np.unique(qn, axis=0, return_index=True, return_inverse=True)
-            if len(first) < q.shape[0]:
-                a_u = self._attention(q[be.put(first)], k, causal, q_pos, len(first))
-                return a_u[be.put(inv.reshape(-1))]
-        if q.shape[1] == 1 and kt.shape[0] == 1:  # one query row per input, shared keys: one GEMM
-            logits = fmt.matmul(q[:, 0, :], kt[0])[:, None, :]
-        else:
-            logits = fmt.matmul(q, kt)  # [.., Tq, T]
+        rows = L["reads"]["W_" + which][h]
+        W, b = L["W_" + which][h], L["b_" + which][h]
+        if dims is not None:
+            W, b = W[:, dims], b[dims]
+        Wr, bb = be.put(W[rows]), be.put(b)
+        src = self._source(li, rows)
+        B = tokens.shape[0]
+        if src == "shared":
+            key = (li, h, which, positions.tobytes(), None if dims is None else dims.tobytes())
+            if key not in self._shared_proj:
+                self._shared_proj[key] = self._counted(
+                    lambda: self._affine(be.put(self.P[positions][:, rows])[None], Wr, bb))
+            val, delta = self._shared_proj[key]
+            self._charge(delta, B)
+            return _Proj("shared", val)
+        if src == "token":
+            return self._token_proj(li, h, which, dims, _at(tokens, positions), rows, Wr, bb)
+        if src == "embed":
+            return _Proj("full", self._affine(self._embedded(tokens, positions, rows), Wr, bb))
+        xs = x if positions.size == x.shape[1] else x[:, be.put(positions)]
+        return _Proj("full", self._affine(xs[..., be.put(np.searchsorted(self.live_in[li], rows))], Wr, bb))
+
+    def _token_proj(self, li, h, which, dims, ids: np.ndarray, rows, Wr, bb) -> _Proj:
+        """A projection that depends on the token only: a table over token ids, each row charged
+        once per occurrence. The table over the whole vocabulary is kept in the plan when it is
+        small and computing it counted no event (then occurrences need not be counted at all)."""
+        be = self.be
+        key = (li, h, which, None if dims is None else dims.tobytes())
+        V = self.model.d_vocab
+        if key not in self._token_tables and V * int(Wr.shape[1]) <= TOKEN_TABLE_ENTRIES:
+            table, delta = self._counted(lambda: self._affine(be.put(self.E(np.arange(V), rows)), Wr, bb))
+            self._token_tables[key] = table if delta == (0, 0) else None
+        table = self._token_tables.get(key)
+        if table is not None:
+            return _Proj("token", table, be.put(ids))
+        mult = np.bincount(ids.reshape(-1), minlength=V)
+        uniq, ids = _unique_ids(ids, V)
+        table = self._per_multiplicity(mult[uniq], lambda sel: self._affine(
+            be.put(self.E(uniq[be.get(sel)], rows)), Wr, bb))
+        return _Proj("token", table, be.put(ids))
+
+    def _head(self, li: int, L, h: int, tokens: np.ndarray, x, q_pos: np.ndarray):
+        """The head's output z [B, len(q_pos), |v_dims|]."""
+        be = self.be
+        B = tokens.shape[0]
+        if L["v_dims"][h].size == 0:  # the head writes nothing
+            return be.put(np.zeros((B, q_pos.size, 0), dtype=np.int64 if self.fmt.is_exact else np.float64))
+        allpos = np.arange(self.T)
+        k = self._proj(li, L, h, "K", tokens, x, allpos)
+        v = self._proj(li, L, h, "V", tokens, x, allpos, dims=L["v_dims"][h])
+        outs = []
+        # query rows in chunks so an attention block stays near ATTENTION_BLOCK_ENTRIES entries
+        per_row = self.T * (1 if k.kind == "shared" else B)
+        chunk = max(1, ATTENTION_BLOCK_ENTRIES // per_row)
+        for c0 in range(0, q_pos.size, chunk):
+            qp = q_pos[c0 : c0 + chunk]
+            q = self._proj(li, L, h, "Q", tokens, x, qp)
+            if q.kind == "shared" and k.kind == "shared":
+                rows = self._shared_rows_for(li, h, qp, q, k, L["causal"], B)
+                outs.append(self._apply_shared(rows, v, B))
+            elif k.kind == "shared":
+                outs.append(self._grouped(q, k, v, qp, L["causal"], B))
+            else:
+                outs.append(self._dense(q, k, v, qp, L["causal"], B))
+        return outs[0] if len(outs) == 1 else be.cat(outs, axis=1)
+
+    # ---- attention rows -------------------------------------------------------------------------
+    def _softmax_rows(self, logits, qp: np.ndarray, causal: bool):
+        """Rounded softmax of logit rows [..., R, T] (row r is query position qp[r])."""
+        fmt, be = self.fmt, self.be
         if not causal:
             return fmt.softmax(logits, axis=-1)
-        rows = []
-        for i, t in enumerate(q_pos):
-            r = fmt.softmax(logits[:, i : i + 1, : t + 1], axis=-1)
-            pad_shape = (r.shape[0], 1, self.T - t - 1)
-            pad = be.put(np.zeros(pad_shape, dtype=be.get(r).dtype)) if pad_shape[2] else None
-            rows.append(be.concat([r, pad], axis=-1) if pad is not None else r)
-        return be.concat(rows, axis=1)
+        out = be.zeros(tuple(logits.shape), logits)
+        for r, t in enumerate(qp):
+            out[..., r, : t + 1] = fmt.softmax(logits[..., r, : t + 1], axis=-1)
+        return out
+
+    def _to_rows(self, a) -> _Rows:
+        """Dense [R, T] rows, held sparse when at most 1/SPARSE_FRACTION of the weights are nonzero."""
+        be = self.be
+        if be.torch:
+            nz = a.nonzero(as_tuple=False)
+            nzr, nzc = nz[:, 0], nz[:, 1]
+        else:
+            if a.dtype == object:
+                return _Rows(dense=a)
+            nzr, nzc = np.nonzero(a)
+        if int(nzr.shape[0]) * SPARSE_FRACTION > int(np.prod(tuple(a.shape))):
+            return _Rows(dense=a)
+        counts = be.t.bincount(nzr, minlength=a.shape[0]) if be.torch else np.bincount(nzr, minlength=a.shape[0])
+        starts = be.cumsum0(counts, 0)
+        return _Rows(starts=starts, cols=nzc, vals=a[nzr, nzc])
+
+    def _shared_rows_for(self, li, h, qp, q: _Proj, k: _Proj, causal: bool, B: int) -> _Rows:
+        key = (li, h, qp.tobytes())
+        if key not in self._shared_rows:
+            self._shared_rows[key] = self._counted(lambda: self._to_rows(
+                self._softmax_rows(self.fmt.matmul(q.arr[0], self.be.swap(k.arr[0])), qp, causal)))
+        rows, delta = self._shared_rows[key]
+        self._charge(delta, B)
+        return rows
+
+    def _apply_shared(self, rows: _Rows, v: _Proj, B: int):
+        """z [B, R, dv] for rows shared by every input."""
+        fmt, be = self.fmt, self.be
+        if rows.dense is not None:
+            if v.kind == "shared":
+                out, delta = self._counted(lambda: fmt.matmul(rows.dense[None], v.arr))
+                self._charge(delta, B)
+                return be.expand(out, B)
+            return fmt.matmul(rows.dense[None], v.dense(be, B))
+        # every input b, row r: sum over the row's nonzero columns j of mul(a_rj, v[b, j]); values
+        # shared by the batch are multiplied once
+        Bv = 1 if v.kind == "shared" else B
+        nnz, dv = int(rows.cols.shape[0]), int(v.arr.shape[-1])
+        tile = (lambda a: be.t.tile(a, (Bv,))) if be.torch else (lambda a: np.tile(a, Bv))
+        bidx = be.repeat(self._arange(Bv), self._full(Bv, nnz))
+        vals = v.rows_at(be, bidx, tile(rows.cols))  # [Bv*nnz, dv]
+        out, delta = self._counted(lambda: self._segment_sum(
+            fmt.mul(tile(rows.vals)[:, None], vals).reshape(Bv, nnz, dv), rows.starts, axis=1))
+        self._charge(delta, B // Bv)
+        return be.expand(out, B) if Bv != B else out
+
+    def _prepared_keys(self, k: _Proj) -> Prepared:
+        """The shared keys as a prepared right operand k^T (analysed once per plan)."""
+        key = id(k.arr)
+        if key not in self._prepared:
+            self._prepared[key] = (k.arr, Prepared(self.fmt, self.be.swap(k.arr[0])))
+        return self._prepared[key][1]
+
+    def _grouped(self, q: _Proj, k: _Proj, v: _Proj, qp: np.ndarray, causal: bool, B: int):
+        """Keys shared, queries not: one row per distinct (query vector[, position if causal])
+        within this call, each applied to its inputs' own values."""
+        fmt, be = self.fmt, self.be
+        R = qp.size
+        kT = self._prepared_keys(k)
+        if q.kind == "token":
+            qtab, gid = q.arr, q.idx  # [U, d], [B, R]
+        else:
+            flat = q.arr.reshape(B * R, -1)
+            qtab, gid = be.unique_rows(flat)
+            gid = gid.reshape(B, R)
+        if causal:  # the row also depends on the query position
+            pos_id = be.put(np.broadcast_to(np.arange(R), (B, R)).copy())
+            pair = gid * R + pos_id
+            uniq, inv = (be.t.unique(pair.reshape(-1), return_inverse=True) if be.torch
+                         else np.unique(pair.reshape(-1), return_inverse=True))
+            qsel, psel = uniq // R, be.get(uniq % R)
+            group = inv.reshape(B, R)
+
+            def rows_of(sel):
+                logits = kT.matmul(qtab[qsel[sel]], fmt)
+                a = be.zeros(tuple(logits.shape), logits)
+                ps = psel[be.get(sel)]
+                for t in np.unique(ps):
+                    r = be.put(np.flatnonzero(ps == t))
+                    a[r, : int(qp[t]) + 1] = fmt.softmax(logits[r, : int(qp[t]) + 1], axis=-1)
+                return a
+        else:
+            group = gid
+
+            def rows_of(sel):
+                return fmt.softmax(kT.matmul(qtab[sel], fmt), axis=-1)
+        mult = np.bincount(be.get(group).reshape(-1), minlength=int(qtab.shape[0]) if not causal else int(uniq.shape[0]))
+        rows = self._to_rows(self._per_multiplicity(mult, rows_of))
+        if rows.dense is not None:
+            return fmt.matmul(rows.dense[group], v.dense(be, B))
+        # CSR rows applied per (input, query row): gather each pair's nonzero columns
+        g = group.reshape(-1)
+        lens = rows.starts[1:][g] - rows.starts[:-1][g]
+        total = int(lens.sum())
+        pair = be.repeat(self._arange(B * R), lens)
+        first = be.repeat(rows.starts[:-1][g], lens)
+        offs = self._arange(total) - be.repeat(be.cumsum0(lens, 0)[:-1], lens)
+        ent = first + offs
+        vals = v.rows_at(be, pair // R, rows.cols[ent])
+        prods = fmt.mul(rows.vals[ent][:, None], vals).reshape(1, total, int(v.arr.shape[-1]))
+        out = self._segment_sum(prods, be.cumsum0(lens, 0), axis=1)[0]  # [B*R, dv]
+        return out.reshape(B, R, int(v.arr.shape[-1]))
+
+    def _dense(self, q: _Proj, k: _Proj, v: _Proj, qp: np.ndarray, causal: bool, B: int):
+        fmt, be = self.fmt, self.be
+        logits = fmt.matmul(q.dense(be, B), be.swap(k.dense(be, B)))  # [B, R, T]
+        a = self._softmax_rows(logits, qp, causal)
+        return fmt.matmul(a, v.dense(be, B))
+
+    # ---- event counts: every input is charged for the work it needs, shared or not ----------
+    def _counted(self, fn):
+        """``fn()`` with the events it counts taken back out of ``fmt.counts``:
+        (result, (saturations, underflows))."""
+        c = self.fmt.counts
+        s0, u0 = c.saturations, c.underflows
+        result = fn()
+        delta = (c.saturations - s0, c.underflows - u0)
+        c.saturations, c.underflows = s0, u0
+        return result, delta
+
+    def _charge(self, delta: tuple[int, int], times: int) -> None:
+        self.fmt.counts.saturations += delta[0] * times
+        self.fmt.counts.underflows += delta[1] * times
+
+    def _per_multiplicity(self, mult: np.ndarray, fn):
+        """Rows computed once and used ``mult[i]`` times: ``fn(row indices)`` is evaluated per class
+        of equal multiplicity and its events charged that many times, so the counts of a run do
+        not depend on how its inputs were batched; rows with multiplicity 0 are not computed."""
+        be = self.be
+        out = None
+        for m in np.unique(mult[mult > 0]):
+            sel = np.flatnonzero(mult == m)
+            part, delta = self._counted(lambda: fn(be.put(sel)))
+            self._charge(delta, int(m))
+            if out is None:
+                out = be.zeros((mult.size,) + tuple(part.shape[1:]), part)
+            out[be.put(sel)] = part
+        return out
+
+    # ---- helpers ---------------------------------------------------------------------------------
+    def _arange(self, n: int):
+        return self.be.t.arange(n, device=self.be.tdev) if self.be.torch else np.arange(n)
+
+    def _full(self, n: int, value: int):
+        return self.be.t.full((n,), value, device=self.be.tdev) if self.be.torch else np.full(n, value)
+
+    def _segment_sum(self, prods, starts, axis: int):
+        """Exact sums of ``prods`` [B, M, dv] over segments [starts[i], starts[i+1]) of axis 1,
+        saturated once (the rounded products of a row summed as ``fmt.matmul`` does)."""
+        fmt, be = self.fmt, self.be
+        if not be.torch and prods.dtype != object:
+            bound = int(np.abs(prods).max()) if prods.size else 0
+            if bound * max(1, prods.shape[1]) >= 1 << 62:
+                prods = prods.astype(object)
+        elif be.torch and prods.numel():
+            bound = int(prods.abs().max())
+            if bound * max(1, prods.shape[1]) >= 1 << 62:
+                raise ExecutorError("attention sums may exceed int64 on the torch backend; use device='cpu'")
+        c = be.cumsum0(prods, axis)
+        s = c[:, starts[1:]] - c[:, starts[:-1]]
+        return fmt.add(s, be.zeros((), s) if be.torch else np.zeros((), dtype=s.dtype))

@@ -29,6 +29,9 @@ class Batch:
         return tuple(a[i].tolist() if a.ndim > 1 else int(a[i]) for a in self.arrays)
 
 
+P_GROUP = 16  # sampled Index Lookup inputs share p in groups of this size
+
+
 class IndexLookupTask:
     """IdxL(s, p) = s_p (1-based p)."""
 
@@ -58,19 +61,23 @@ class IndexLookupTask:
             p = np.tile(np.arange(1, n + 1), len(chunk))
             yield self._batch(model, sy, p)
 
-    def sample(self, model: CompiledModel, count: int, seed: int, batch: int = 256) -> Iterator[Batch]:
-        """``count`` inputs with symbols and p uniform, from ``np.random.default_rng(seed)``."""
+    def sample(self, model: CompiledModel, count: int, seed: int, batch: int = 1024) -> Iterator[Batch]:
+        """``count`` inputs from ``np.random.default_rng(seed)``: p uniform in [1, N] for each group
+        of ``P_GROUP`` consecutive inputs (the group shares its attention row, which depends on p
+        only), symbols uniform and independent for every input."""
         rng = np.random.default_rng(seed)
         S, n = len(model.answers), model.n
         done = 0
         while done < count:
             b = min(batch, count - done)
-            yield self._batch(model, rng.integers(0, S, size=(b, n)), rng.integers(1, n + 1, size=b))
+            p = np.repeat(rng.integers(1, n + 1, size=-(-b // P_GROUP)), P_GROUP)[:b]
+            yield self._batch(model, rng.integers(0, S, size=(b, n), dtype=np.int32), p)
             done += b
 
-    def adversarial(self, model: CompiledModel, count: int, seed: int, batch: int = 256) -> Iterator[Batch]:
+    def adversarial(self, model: CompiledModel, count: int, seed: int, batch: int = 1024) -> Iterator[Batch]:
         """s constant except at p: s_p = a and every other symbol the bitwise complement of a
-        (the symbol farthest from a in Hamming distance when the complement is not a symbol)."""
+        (the symbol farthest from a in Hamming distance when the complement is not a symbol);
+        p shared by groups of ``P_GROUP`` inputs as in :meth:`sample`."""
         rng = np.random.default_rng(seed)
         S, n = len(model.answers), model.n
         far = _farthest_symbols(S)
@@ -78,7 +85,7 @@ class IndexLookupTask:
         while done < count:
             b = min(batch, count - done)
             a = rng.integers(0, S, size=b)
-            p = rng.integers(1, n + 1, size=b)
+            p = np.repeat(rng.integers(1, n + 1, size=-(-b // P_GROUP)), P_GROUP)[:b]
             sy = np.repeat(far[a][:, None], n, axis=1)
             sy[np.arange(b), p - 1] = a
             yield self._batch(model, sy, p)

@@ -91,21 +91,34 @@ def _check_batches(model: CompiledModel, fmt: Format, batches: Iterable[Batch], 
         res = run(model, b.tokens, fmt, device=device)
         for key, val in res.counts.items():
             counts[key] = counts.get(key, 0) + int(val)
-        got = np.array([a if a is not None else -1 for a in res.answers])
-        wrong = np.flatnonzero(got != b.truth)
-        signed = np.where(got == b.truth, res.margin, -res.margin)
+        truth = np.asarray(b.truth).reshape(len(b.truth), -1)  # [B, A]
+        if truth.shape != res.margin.shape:
+            raise VerifyError(f"the task gives truths of shape {truth.shape} for answers of shape {res.margin.shape}")
+        got = np.array([[a if a is not None else -1 for a in row] for row in res.answers]).reshape(truth.shape)
+        ok = got == truth
+        signed = np.where(ok, res.margin, -res.margin)
         m = Fraction(int(signed.min())) * fmt.step if fmt.is_exact else Fraction(float(signed.min()))
         min_margin = m if min_margin is None else min(min_margin, m)
-        covered += len(b.truth)
+        covered += len(truth)
         if progress is not None:
-            progress(len(b.truth))
+            progress(len(truth))
+        wrong = np.flatnonzero(~ok.all(axis=1))
         if wrong.size and cex is None:
             i = int(wrong[0])
-            cex = {"input": b.example(i), "expected": int(b.truth[i]),
-                   "got": None if res.answers[i] is None else int(res.answers[i]),
-                   "logits": [str(fmt.to_fraction(int(v))) if fmt.is_exact else float(v) for v in res.logits[i]]}
+            a = int(np.flatnonzero(~ok[i])[0])
+            cex = {"input": b.example(i), "expected": _plain(b.truth[i]),
+                   "got": _plain(res.answers[i] if truth.shape[1] > 1 else res.answers[i][0]),
+                   "answer_position": a if truth.shape[1] > 1 else None,
+                   "logits": [str(fmt.to_fraction(int(v))) if fmt.is_exact else float(v) for v in res.logits[i, a]]}
             break
     return covered, cex, min_margin, counts
+
+
+def _plain(v: Any) -> Any:
+    """A truth or an answer as plain JSON-able Python values."""
+    if isinstance(v, (list, tuple, np.ndarray)):
+        return [_plain(x) for x in v]
+    return None if v is None else int(v)
 
 
 def verify(
