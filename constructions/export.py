@@ -47,6 +47,18 @@ from exactformer.constructions.ir import (
     Param,
     check_shapes,
 )
+from exactformer.constructions.export_float import (
+    ExportError,
+    embedding_float,
+    embedding_rows_float,
+    pad,
+    tl_config,
+    tl_shape,
+    tl_state_dict,
+    to_float64,
+)
+from exactformer.constructions.export_lens import to_transformer_lens
+from exactformer.constructions.export_torch import to_torch
 
 __all__ = [
     "save",
@@ -71,57 +83,14 @@ MANIFEST_FILE = "manifest.json"
 #: W_E / W_pos are materialised in model.safetensors up to this many entries (2^26 float64 = 512 MiB).
 DEFAULT_MATERIALIZE_LIMIT = 1 << 26
 SAMPLE_ROWS = 256  # random embedding rows compared when regenerating (plus every block's ends)
-_CHUNK = 1 << 20  # entries per chunk when materialising an embedding
 _INT64_MAX = (1 << 63) - 1
 _MAX_LISTED_INEXACT = 64  # inexact values listed per tensor in the manifest (all are in the exact file)
-
-
-class ExportError(ValueError):
-    """The model cannot be exported as asked (e.g. an embedding too large to materialise whose
-    position code cannot be regenerated)."""
 
 
 class ManifestError(ValueError):
     """An export directory that is inconsistent: missing files, a sha256 mismatch, a malformed or
     unsupported manifest, or weights that disagree with their exact values. The message names
     the file."""
-
-
-# ------------------------------------------------------------------------------------------------
-# exact -> float64
-# ------------------------------------------------------------------------------------------------
-
-
-def _is_pow2(d: int) -> bool:
-    return d > 0 and d & (d - 1) == 0
-
-
-def _to_float64(num: np.ndarray, den: int) -> tuple[np.ndarray, list[Fraction]]:
-    """Correctly rounded float64 of ``num / den`` and the distinct values float64 cannot hold.
-
-    Fast path: a power-of-two denominator and |num| <= 2^53 make ``num / den`` exact in float64.
-    Otherwise each distinct value is rounded once with Python's correctly rounded int division.
-    """
-    num = np.asarray(num)
-    den = int(den)
-    if num.size == 0:
-        return np.zeros(num.shape, np.float64), []
-    if num.dtype != object and _is_pow2(den) and den < 2**1000:
-        if int(np.abs(num.astype(np.int64)).max()) <= 1 << 53:
-            return num.astype(np.float64) / float(den), []
-    uniq, inv = np.unique(num.reshape(-1), return_inverse=True)
-    vals = np.empty(len(uniq), np.float64)
-    inexact: list[Fraction] = []
-    for i, u in enumerate(uniq):
-        f = Fraction(int(u), den)
-        try:
-            v = int(u) / den  # correctly rounded
-        except OverflowError as e:
-            raise ExportError(f"weight value {f} does not fit in float64") from e
-        vals[i] = v
-        if Fraction(v) != f:
-            inexact.append(f)
-    return vals[inv.reshape(-1)].reshape(num.shape), inexact
 
 
 def _int64(num: np.ndarray) -> np.ndarray | None:
@@ -169,97 +138,6 @@ def _sha256(path: Path) -> str:
         for chunk in iter(lambda: f.read(1 << 20), b""):
             h.update(chunk)
     return h.hexdigest()
-
-
-# ------------------------------------------------------------------------------------------------
-# TransformerLens names, shapes and config
-# ------------------------------------------------------------------------------------------------
-
-
-def _attention_dir(model: CompiledModel) -> str:
-    causal = {b.attn.causal for b in model.blocks}
-    if causal == {True}:
-        return "causal"
-    if causal <= {False}:
-        return "bidirectional"
-    return "mixed"
-
-
-def tl_config(model: CompiledModel) -> dict[str, Any]:
-    """The HookedTransformer config that runs ``model`` (as stored in the manifest).
-
-    Layers with fewer heads, a smaller d_head or d_mlp than the widest are zero-padded in the
-    float export (exactly neutral). ``attention_dir`` is "mixed" when layers disagree, which
-    TransformerLens cannot express.
-    """
-    return {
-        "n_layers": model.n_layers,
-        "d_model": model.d_model,
-        "d_head": model.d_head,
-        "n_heads": model.n_heads,
-        "d_mlp": model.d_mlp,
-        "d_vocab": model.d_vocab,
-        "d_vocab_out": len(model.answers),
-        "n_ctx": model.n_ctx,
-        "act_fn": "relu",
-        "normalization_type": None,
-        "attention_dir": _attention_dir(model),
-        "use_attn_scale": False,
-        "positional_embedding_type": "standard",
-        "original_architecture": "exactformer",
-        "dtype": "float64",
-    }
-
-
-def _pad(a: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
-    """Zero-pad ``a`` at the end of each axis to ``shape``."""
-    if tuple(a.shape) == tuple(shape):
-        return a
-    out = np.zeros(shape, dtype=a.dtype)
-    out[tuple(slice(0, s) for s in a.shape)] = a
-    return out
-
-
-def _tl_shapes(model: CompiledModel, name: str) -> tuple[int, ...]:
-    H, dh, d, dm = model.n_heads, model.d_head, model.d_model, model.d_mlp
-    leaf = name.split(".")[-1]
-    return {
-        "W_Q": (H, d, dh), "W_K": (H, d, dh), "W_V": (H, d, dh), "W_O": (H, dh, d),
-        "b_Q": (H, dh), "b_K": (H, dh), "b_V": (H, dh), "b_O": (d,),
-        "W_in": (d, dm), "b_in": (dm,), "W_out": (dm, d), "b_out": (d,),
-        "W_U": (d, len(model.answers)), "b_U": (len(model.answers),),
-    }[leaf]
-
-
-def _embedding_float(emb: Embedding) -> np.ndarray:
-    """The full [n_rows, d_model] embedding in float64 (callers check the size first)."""
-    out = np.empty((emb.n_rows, emb.d_model), np.float64)
-    step = max(1, _CHUNK // max(1, emb.d_model))
-    for s in range(0, emb.n_rows, step):
-        rows = np.arange(s, min(emb.n_rows, s + step))
-        v = emb.values(rows)
-        out[rows] = _to_float64(v.num, v.den)[0]
-    return out
-
-
-def _embedding_rows_float(emb: Embedding, rows: np.ndarray) -> np.ndarray:
-    v = emb.values(np.asarray(rows, dtype=np.int64))
-    return _to_float64(v.num, v.den)[0]
-
-
-def tl_state_dict(model: CompiledModel, materialize_limit: int | None = None) -> dict[str, np.ndarray]:
-    """HookedTransformer state dict (numpy float64, TL names and shapes, correctly rounded).
-
-    ``embed.W_E`` / ``pos_embed.W_pos`` are included when their entry count is at most
-    ``materialize_limit`` (None: always).
-    """
-    sd: dict[str, np.ndarray] = {}
-    for key, emb in (("embed.W_E", model.embed), ("pos_embed.W_pos", model.pos_embed)):
-        if materialize_limit is None or emb.n_rows * emb.d_model <= materialize_limit:
-            sd[key] = _embedding_float(emb)
-    for name, t in model.tensors().items():
-        sd[name] = _pad(_to_float64(t.num, t.den)[0], _tl_shapes(model, name))
-    return sd
 
 
 # ------------------------------------------------------------------------------------------------
@@ -454,7 +332,7 @@ def save(model: CompiledModel, out_dir: str | os.PathLike, materialize_limit: in
             lay["inexact_values"] = [_frac_str(f) for f in inexact[:_MAX_LISTED_INEXACT]]
         if generated:
             lay["mode"] = "generated"
-            lay["table"] = _tensor_entry(f"{prefix}.table", emb.table.num, emb.table.den, _to_float64(emb.table.num, emb.table.den)[1],
+            lay["table"] = _tensor_entry(f"{prefix}.table", emb.table.num, emb.table.den, to_float64(emb.table.num, emb.table.den)[1],
                                          exact, big, {"first_row": emb.table_first_row})
             lay["blocks"] = [
                 {"code": r, "first_row": b.first_row, "count": b.count, "col": b.col, "code_start": b.code_start,
@@ -473,14 +351,14 @@ def save(model: CompiledModel, out_dir: str | os.PathLike, materialize_limit: in
             lay["dense_reason"] = why
             lay["dense"] = _tensor_entry(f"{prefix}.dense", full.num, full.den, inexact, exact, big)
         if materialized:
-            floats[key] = _embedding_float(emb)
+            floats[key] = embedding_float(emb)
         layout[prefix] = lay
 
     # ---- non-embedding weights --------------------------------------------------------------------
     for name, t in model.tensors().items():
-        f, inexact = _to_float64(t.num, t.den)
-        floats[name] = np.ascontiguousarray(_pad(f, _tl_shapes(model, name)))
-        tensors[name] = _tensor_entry(name, t.num, t.den, inexact, exact, big, {"tl_shape": list(_tl_shapes(model, name))})
+        f, inexact = to_float64(t.num, t.den)
+        floats[name] = np.ascontiguousarray(pad(f, tl_shape(model, name)))
+        tensors[name] = _tensor_entry(name, t.num, t.den, inexact, exact, big, {"tl_shape": list(tl_shape(model, name))})
 
     # ---- model.code (the construction's code, when it is one of the block codes or regenerable) --
     model_code = None
@@ -672,7 +550,7 @@ def _load(d: Path, mpath: Path, man: dict, safe_open, load_file) -> CompiledMode
             if name not in wkeys:
                 raise ManifestError(f"{wpath}: missing tensor {name!r}")
             stored = wf.get_tensor(name)
-            expect = _pad(_to_float64(t.num, t.den)[0], tuple(entry["tl_shape"]))
+            expect = pad(to_float64(t.num, t.den)[0], tuple(entry["tl_shape"]))
             if stored.shape != expect.shape or not np.array_equal(stored, expect):
                 raise ManifestError(f"{wpath}: {name} differs from its exact value in {epath}")
             weights[name] = t
@@ -711,7 +589,7 @@ def _load(d: Path, mpath: Path, man: dict, safe_open, load_file) -> CompiledMode
                     raise ManifestError(f"{wpath}: {key} has shape {sl.get_shape()}, expected {[n_rows, dm]}")
                 rows = _sample_rows(emb)
                 stored = np.stack([sl[int(r) : int(r) + 1][0] for r in rows]) if rows.size else np.zeros((0, dm))
-                if not np.array_equal(stored, _embedding_rows_float(emb, rows)):
+                if not np.array_equal(stored, embedding_rows_float(emb, rows)):
                     raise ManifestError(f"{wpath}: {key} rows differ from the rows regenerated from {mpath}/{EXACT_FILE}")
             embs[prefix] = emb
 
@@ -743,171 +621,3 @@ def _load(d: Path, mpath: Path, man: dict, safe_open, load_file) -> CompiledMode
     if man.get("model_code") is not None:
         model.code = codes[man["model_code"]]  # type: ignore[attr-defined]
     return model
-
-
-# ------------------------------------------------------------------------------------------------
-# plain torch
-# ------------------------------------------------------------------------------------------------
-
-
-def to_torch(model: CompiledModel, dtype: Any = None, device: Any = None):
-    """The float forward pass of ``model`` as a ``torch.nn.Module`` (default dtype float64).
-
-    ``forward(tokens [B, T] long) -> logits [B, T, d_vocab_out]`` with HookedTransformer semantics
-    (no normalisation, no attention scaling, ReLU MLP, bidirectional unless the layer is causal).
-    Weights are buffers named like TransformerLens' state dict (``blocks.0.attn.W_Q``, ...);
-    embedding rows are generated for the distinct token ids and the positions of each batch, so
-    no ``n x d_model`` table is built. Move it with ``.to("cuda")`` as usual.
-    """
-    import torch
-
-    return _make_torch_module(torch)(model, torch.float64 if dtype is None else dtype, device)
-
-
-_TORCH_CLASS = None
-
-
-def _make_torch_module(torch):
-    global _TORCH_CLASS
-    if _TORCH_CLASS is not None:
-        return _TORCH_CLASS
-    nn = torch.nn
-
-    class _Holder(nn.Module):
-        def __init__(self, tensors: dict[str, Any]):
-            super().__init__()
-            for k, v in tensors.items():
-                self.register_buffer(k, v)
-
-    class ExactformerTorch(nn.Module):
-        """Float forward pass of an exactformer CompiledModel (see :func:`to_torch`)."""
-
-        def __init__(self, model: CompiledModel, dtype, device=None):
-            super().__init__()
-            check_shapes(model)
-            self.exact_model = model
-            self.answers = list(model.answers)
-            self.output_vocab = model.output_vocab
-            self.n_ctx, self.d_vocab = model.n_ctx, model.d_vocab
-            self.causal = [bool(b.attn.causal) for b in model.blocks]
-            f = lambda t: torch.as_tensor(_to_float64(t.num, t.den)[0], dtype=dtype, device=device)  # noqa: E731
-            blocks = []
-            for b in model.blocks:
-                blk = nn.Module()
-                blk.attn = _Holder({k: f(getattr(b.attn, k)) for k in ("W_Q", "W_K", "W_V", "W_O", "b_Q", "b_K", "b_V", "b_O")})
-                blk.mlp = _Holder({k: f(getattr(b.mlp, k)) for k in ("W_in", "b_in", "W_out", "b_out")})
-                blocks.append(blk)
-            self.blocks = nn.ModuleList(blocks)
-            self.unembed = _Holder({"W_U": f(model.W_U), "b_U": f(model.b_U)})
-            self._pos_cache: dict[Any, Any] = {}
-
-        def _rows(self, emb: Embedding, ids) -> Any:
-            ref = self.unembed.W_U
-            return torch.as_tensor(_embedding_rows_float(emb, ids), dtype=ref.dtype, device=ref.device)
-
-        def _positions(self, T: int):
-            ref = self.unembed.W_U
-            key = (ref.device, ref.dtype)
-            P = self._pos_cache.get(key)
-            if P is None or P.shape[0] < T:
-                P = self._rows(self.exact_model.pos_embed, np.arange(T))
-                self._pos_cache = {key: P}
-            return P[:T]
-
-        def forward(self, tokens):
-            ref = self.unembed.W_U
-            tokens = torch.as_tensor(tokens, device=ref.device)
-            if tokens.dim() == 1:
-                tokens = tokens[None]
-            if tokens.dim() != 2 or tokens.dtype in (torch.float16, torch.float32, torch.float64, torch.bool):
-                raise ValueError(f"tokens must be an integer tensor [B, T], got {tuple(tokens.shape)} {tokens.dtype}")
-            B, T = tokens.shape
-            if not 1 <= T <= self.n_ctx:
-                raise ValueError(f"sequence length T={T} must lie in [1, n_ctx={self.n_ctx}]")
-            if tokens.numel() and (int(tokens.min()) < 0 or int(tokens.max()) >= self.d_vocab):
-                raise ValueError(f"token ids must lie in [0, d_vocab={self.d_vocab})")
-            uniq, inv = torch.unique(tokens, return_inverse=True)
-            E = self._rows(self.exact_model.embed, uniq.cpu().numpy())
-            x = E[inv] + self._positions(T)[None]
-            for blk, causal in zip(self.blocks, self.causal):
-                a, m = blk.attn, blk.mlp
-                q = torch.einsum("btd,hde->bhte", x, a.W_Q) + a.b_Q[None, :, None, :]
-                k = torch.einsum("btd,hde->bhte", x, a.W_K) + a.b_K[None, :, None, :]
-                v = torch.einsum("btd,hde->bhte", x, a.W_V) + a.b_V[None, :, None, :]
-                s = q @ k.transpose(-1, -2)  # no 1/sqrt(d_head)
-                if causal:
-                    mask = torch.ones(T, T, dtype=torch.bool, device=x.device).triu(1)
-                    s = s.masked_fill(mask, float("-inf"))
-                z = torch.softmax(s, dim=-1) @ v  # [B, H, T, d_head]
-                x = x + torch.einsum("bhte,hed->btd", z, a.W_O) + a.b_O
-                x = x + torch.relu(x @ m.W_in + m.b_in) @ m.W_out + m.b_out
-            return x @ self.unembed.W_U + self.unembed.b_U
-
-        def decode(self, logits) -> list[Any]:
-            """Answers for logits [B, T, d_vocab_out] (last position; ties -> lowest index)."""
-            return [self.answers[int(i)] for i in logits[:, -1, :].argmax(dim=-1).tolist()]
-
-    _TORCH_CLASS = ExactformerTorch
-    return _TORCH_CLASS
-
-
-# ------------------------------------------------------------------------------------------------
-# TransformerLens 4.x
-# ------------------------------------------------------------------------------------------------
-
-LENS_HINT = "pip install 'exactformer[lens]'"
-
-
-def to_transformer_lens(model: CompiledModel, dtype: Any = None, device: Any = None):
-    """A TransformerLens 4.x ``TransformerBridge`` running ``model`` (optional extra ``[lens]``).
-
-    Built with ``TransformerBridge.boot_native`` on a ``TransformerBridgeConfig(...,
-    architecture="TransformerLensNative")``; the float64 HookedTransformer-format state dict is
-    converted with ``convert_tl_checkpoint`` and loaded strictly. The native bridge divides
-    attention scores by sqrt(d_head) (it refuses ``attn_scale=1`` for d_head > 1), so sqrt(d_head)
-    is folded into ``W_Q`` and ``b_Q``: scores are then the construction's unscaled scores up to
-    float rounding. Embeddings are materialised in full (TransformerLens needs dense tables).
-    """
-    try:
-        import transformer_lens  # noqa: F401
-        from transformer_lens.config import TransformerBridgeConfig
-        from transformer_lens.model_bridge import TransformerBridge
-        from transformer_lens.utilities.tl_checkpoint_conversion import convert_tl_checkpoint
-    except ImportError as e:
-        raise ImportError(
-            f"to_transformer_lens needs TransformerLens 4.x ({e}); install it with: {LENS_HINT}"
-        ) from e
-    import torch
-
-    cfg_d = tl_config(model)
-    if cfg_d["attention_dir"] == "mixed":
-        raise ExportError("TransformerLens cannot express layers that mix causal and bidirectional attention")
-    dtype = torch.float64 if dtype is None else dtype
-    sd = tl_state_dict(model)
-    scale = math.sqrt(model.d_head)
-    for l in range(model.n_layers):
-        sd[f"blocks.{l}.attn.W_Q"] = sd[f"blocks.{l}.attn.W_Q"] * scale
-        sd[f"blocks.{l}.attn.b_Q"] = sd[f"blocks.{l}.attn.b_Q"] * scale
-    cfg = TransformerBridgeConfig(
-        d_model=cfg_d["d_model"],
-        d_head=cfg_d["d_head"],
-        n_layers=cfg_d["n_layers"],
-        n_ctx=cfg_d["n_ctx"],
-        n_heads=cfg_d["n_heads"],
-        d_mlp=cfg_d["d_mlp"],
-        d_vocab=cfg_d["d_vocab"],
-        d_vocab_out=cfg_d["d_vocab_out"],
-        act_fn="relu",
-        normalization_type=None,
-        attention_dir=cfg_d["attention_dir"],
-        positional_embedding_type="standard",
-        architecture="TransformerLensNative",
-        dtype=dtype,
-        init_weights=False,
-    )
-    bridge = TransformerBridge.boot_native(cfg, device=device, dtype=dtype)
-    tsd = {k: torch.as_tensor(v, dtype=dtype) for k, v in sd.items()}
-    converted = convert_tl_checkpoint(tsd, cfg)
-    bridge.load_state_dict(converted, strict=True)
-    bridge.eval()
-    return bridge
