@@ -103,7 +103,7 @@ _INT64_MAX = (1 << 63) - 1
 _MAX_LISTED_INEXACT = 64  # inexact values listed per tensor in the manifest (all are in the exact file)
 CERTIFIED_KEYS = ("certified", "not_certified")
 EXACTNESS_NOTE = (
-    "model.safetensors holds the correctly rounded float64 of each exact weight num/den (numerators in "
+    "model.safetensors (dense form) holds the correctly rounded float64 of each exact weight num/den (numerators in "
     "model.exact.safetensors, den in this manifest); weights_exact_in_float64 (per tensor: exact_in_float64) says "
     "whether that float64 is the weight itself. It says nothing about arithmetic: the construction is proved for "
     "the fixed-point format `precision`, and a float32 or float64 forward pass with these exact weights may "
@@ -243,7 +243,8 @@ def save(model: CompiledModel, out_dir: str | os.PathLike, dense: bool = True,
     tensors: dict[str, Any] = {}
     for name, t in model.tensors().items():
         f, inexact = to_float64(t.num, t.den)
-        floats[name] = np.ascontiguousarray(pad(f, tl_shape(model, name)))
+        if dense:
+            floats[name] = np.ascontiguousarray(pad(f, tl_shape(model, name)))
         tensors[name] = _tensor_entry(name, t.num, t.den, inexact, exact, big, {"tl_shape": list(tl_shape(model, name))})
 
     # ---- model.code: the construction's position code (the certificates read it) ----------------

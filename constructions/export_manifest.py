@@ -317,8 +317,10 @@ def read_manifest(out_dir: str | Path) -> dict[str, Any]:
         meta = f.metadata() or {}
     try:
         recorded = json.loads(meta[DIGESTS_KEY])
-    except (KeyError, ValueError) as e:
-        raise ManifestError(f"{epath}: metadata holds no valid {DIGESTS_KEY!r}; export the model again") from e
+    except (KeyError, ValueError):
+        recorded = None
+    if not isinstance(recorded, dict):
+        raise ManifestError(f"{epath}: metadata holds no valid {DIGESTS_KEY!r}; export the model again")
     check_fields(man, recorded, mpath)
 
     wpath = d / WEIGHTS_FILE
