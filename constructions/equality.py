@@ -558,6 +558,14 @@ def _assemble(n: int, code: Any, k: int, eta_gs: Fraction, c: int, l0: Fraction,
 # ------------------------------------------------------------------------------------------------
 
 
+#: How a natural input x becomes token ids, declared for exports' manifest.json (schema in
+#: docs/exports.md): one token per x_i, named "-1" or "+1". Must agree with :func:`encode`.
+ENCODING = {
+    "inputs": [{"name": "x", "type": "N ints in {-1, 1}"}],
+    "tokens": [{"for_each": "x", "token": "{:+d}"}],
+}
+
+
 def encode(model: CompiledModel, example: Sequence[int]) -> np.ndarray:
     """x in {-1, 1}^N (a list of ints) -> token ids [N] (token (x + 1) / 2)."""
     return encode_arrays(model, sequence_rows([example]))[0]

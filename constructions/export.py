@@ -5,36 +5,69 @@
 * ``model.safetensors``: float64 tensors under TransformerLens ``HookedTransformer`` state-dict
   names and shapes (``embed.W_E``, ``pos_embed.W_pos``, ``blocks.{l}.attn.W_Q`` ...,
   ``unembed.W_U``, ``unembed.b_U``) and nothing else, so TransformerLens' strict loaders accept it.
-  Every value is the correctly rounded float64 of the exact rational weight; the manifest says,
-  per tensor, whether that rounding was exact (it is for every dyadic weight of moderate size).
-* ``model.exact.safetensors``: int64 numerators of every exact tensor (the embedding tables, and
-  the full embeddings when they are not generated from a position code); with the denominators in
-  the manifest they give every weight exactly.
-* ``manifest.json``: metadata, vocabularies, the TransformerLens config, the embedding layout with
-  the position codes' generators, the denominators and the sha256 of both weight files.
+  Every value is the correctly rounded float64 of the exact rational weight. The compact form
+  (``dense=False``) leaves out ``W_E`` and ``W_pos``: their rows are generated from the recorded
+  position codes (as they are in the dense form beyond ``materialize_limit`` entries).
+* ``model.exact.safetensors``: int64 numerators of every exact tensor, the index tables and stored
+  vectors of codes that are not generated, and (metadata) the digests of every manifest field.
+* ``manifest.json``: metadata, vocabularies, how an input is encoded, the TransformerLens config,
+  the embedding layout with the position codes' recipes, the denominators, the sha256 of both
+  weight files.
 
-``W_E``/``W_pos`` are written to ``model.safetensors`` only when they have at most
-``materialize_limit`` entries (default 2^26, i.e. 512 MiB of float64); beyond, the rows are
-regenerated on demand from the recorded position-code generators.
-
-``load(out_dir)`` refuses (:class:`ManifestError`, naming the file) a directory whose files do not
-match the manifest's sha256, and rebuilds the exact model. ``to_torch(model)`` gives the float
-forward pass as a ``torch.nn.Module``; ``to_transformer_lens(model)`` a TransformerLens 4.x
-``TransformerBridge`` (optional extra ``exactformer[lens]``).
+``load(out_dir)`` checks everything it reads (:func:`~exactformer.constructions.export_manifest.read_manifest`:
+a modified file or manifest field is refused with a :class:`ManifestError` naming it) and rebuilds
+the exact model with its embeddings generated on demand. ``to_torch(model)`` gives the float forward
+pass as a ``torch.nn.Module``; ``to_transformer_lens(model)`` a TransformerLens 4.x
+``TransformerBridge`` (optional extra ``exactformer[lens]``). Both work from a compact export.
 """
 
 from __future__ import annotations
 
-import hashlib
+import contextlib
 import json
 import math
 import os
+from collections.abc import Mapping
 from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+from safetensors import safe_open
+from safetensors.numpy import load_file, save_file
 
+from exactformer import __version__
+from exactformer.constructions.export_codes import CodeRecord, rebuild
+from exactformer.constructions.export_float import (
+    ExportError,
+    embedding_float,
+    embedding_rows_float,
+    pad,
+    tl_config,
+    tl_shape,
+    tl_state_dict,
+    to_float64,
+)
+from exactformer.constructions.export_lens import to_transformer_lens
+from exactformer.constructions.export_manifest import (
+    DIGESTS_KEY,
+    EXACT_FILE,
+    FORMAT_NAME,
+    FORMAT_VERSION,
+    MANIFEST_FILE,
+    MODEL_FIELDS,
+    READOUT,
+    WEIGHTS_FILE,
+    ManifestError,
+    dumps_manifest,
+    encoding_of,
+    field_digests,
+    frac_str,
+    jsonable,
+    read_manifest,
+    sha256_file,
+)
+from exactformer.constructions.export_torch import to_torch
 from exactformer.constructions.ir import (
     MLP,
     Attention,
@@ -44,13 +77,13 @@ from exactformer.constructions.ir import (
     Embedding,
     ExactTensor,
     IRError,
-    Param,
     check_shapes,
 )
 
 __all__ = [
     "save",
     "load",
+    "read_manifest",
     "to_torch",
     "to_transformer_lens",
     "tl_config",
@@ -63,65 +96,24 @@ __all__ = [
     "MANIFEST_FILE",
 ]
 
-FORMAT_NAME = "exactformer-export"
-FORMAT_VERSION = 1
-WEIGHTS_FILE = "model.safetensors"
-EXACT_FILE = "model.exact.safetensors"
-MANIFEST_FILE = "manifest.json"
-#: W_E / W_pos are materialised in model.safetensors up to this many entries (2^26 float64 = 512 MiB).
+#: dense form: W_E / W_pos are materialised in model.safetensors up to this many entries (2^26 float64 = 512 MiB)
 DEFAULT_MATERIALIZE_LIMIT = 1 << 26
-SAMPLE_ROWS = 256  # random embedding rows compared when regenerating (plus every block's ends)
-_CHUNK = 1 << 20  # entries per chunk when materialising an embedding
+SAMPLE_ROWS = 256  # random embedding rows compared with a materialised W_E / W_pos (plus every block's ends)
 _INT64_MAX = (1 << 63) - 1
 _MAX_LISTED_INEXACT = 64  # inexact values listed per tensor in the manifest (all are in the exact file)
-
-
-class ExportError(ValueError):
-    """The model cannot be exported as asked (e.g. an embedding too large to materialise whose
-    position code cannot be regenerated)."""
-
-
-class ManifestError(ValueError):
-    """An export directory that is inconsistent: missing files, a sha256 mismatch, a malformed or
-    unsupported manifest, or weights that disagree with their exact values. The message names
-    the file."""
+CERTIFIED_KEYS = ("certified", "not_certified")
+EXACTNESS_NOTE = (
+    "model.safetensors (dense form) holds the correctly rounded float64 of each exact weight num/den (numerators in "
+    "model.exact.safetensors, den in this manifest); weights_exact_in_float64 (per tensor: exact_in_float64) says "
+    "whether that float64 is the weight itself. It says nothing about arithmetic: the construction is proved for "
+    "the fixed-point format `precision`, and a float32 or float64 forward pass with these exact weights may "
+    "answer differently; certified_arithmetics lists what was checked."
+)
 
 
 # ------------------------------------------------------------------------------------------------
-# exact -> float64
+# save
 # ------------------------------------------------------------------------------------------------
-
-
-def _is_pow2(d: int) -> bool:
-    return d > 0 and d & (d - 1) == 0
-
-
-def _to_float64(num: np.ndarray, den: int) -> tuple[np.ndarray, list[Fraction]]:
-    """Correctly rounded float64 of ``num / den`` and the distinct values float64 cannot hold.
-
-    Fast path: a power-of-two denominator and |num| <= 2^53 make ``num / den`` exact in float64.
-    Otherwise each distinct value is rounded once with Python's correctly rounded int division.
-    """
-    num = np.asarray(num)
-    den = int(den)
-    if num.size == 0:
-        return np.zeros(num.shape, np.float64), []
-    if num.dtype != object and _is_pow2(den) and den < 2**1000:
-        if int(np.abs(num.astype(np.int64)).max()) <= 1 << 53:
-            return num.astype(np.float64) / float(den), []
-    uniq, inv = np.unique(num.reshape(-1), return_inverse=True)
-    vals = np.empty(len(uniq), np.float64)
-    inexact: list[Fraction] = []
-    for i, u in enumerate(uniq):
-        f = Fraction(int(u), den)
-        try:
-            v = int(u) / den  # correctly rounded
-        except OverflowError as e:
-            raise ExportError(f"weight value {f} does not fit in float64") from e
-        vals[i] = v
-        if Fraction(v) != f:
-            inexact.append(f)
-    return vals[inv.reshape(-1)].reshape(num.shape), inexact
 
 
 def _int64(num: np.ndarray) -> np.ndarray | None:
@@ -137,224 +129,183 @@ def _int64(num: np.ndarray) -> np.ndarray | None:
     return np.array(flat, dtype=np.int64).reshape(num.shape)
 
 
-def _frac_str(f: Fraction) -> str:
-    return f"{f.numerator}/{f.denominator}"
+def _embedding_exactness(emb: Embedding) -> tuple[int, list[Fraction]]:
+    """(common denominator of the rows, distinct values float64 cannot hold exactly)."""
+    den = math.lcm(int(emb.table.den), *[b.scale.denominator for b in emb.blocks])
+    cands = {Fraction(int(v), emb.table.den) for v in np.unique(emb.table.num)} if emb.table.num.size else set()
+    for b in emb.blocks:
+        cands.update([b.scale, -b.scale])
+    inexact = [f for f in sorted(cands) if Fraction(f.numerator / f.denominator) != f]
+    return den, inexact
 
 
-def _json_default(o: Any) -> Any:
-    if isinstance(o, Fraction):
-        return _frac_str(o) if o.denominator != 1 else o.numerator
-    if isinstance(o, np.integer):
-        return int(o)
-    if isinstance(o, np.floating):
-        return float(o)
-    if isinstance(o, np.bool_):
-        return bool(o)
-    if isinstance(o, np.ndarray):
-        return o.tolist()
-    if isinstance(o, (set, frozenset, tuple)):
-        return list(o)
-    if isinstance(o, Path):
-        return str(o)
-    return str(o)
+def _tensor_entry(name: str, num: np.ndarray, den: int, inexact: list[Fraction], exact: dict, manifest_big: dict,
+                  extra: dict | None = None) -> dict[str, Any]:
+    """The manifest entry of an exact tensor ``num / den``, its nonzero numerators stored sparsely:
+    flat indices ``{name}.index`` and numerators ``{name}.numerators`` (int64) in the exact file."""
+    flat = np.asarray(num).reshape(-1)
+    index = np.flatnonzero(flat).astype(np.int64)
+    values = flat[index]
+    entry: dict[str, Any] = {"shape": list(num.shape), "den": int(den), "exact_in_float64": not inexact}
+    if inexact:
+        entry["inexact_values"] = [frac_str(f) for f in inexact[:_MAX_LISTED_INEXACT]]
+        entry["inexact_count"] = len(inexact)
+    exact[f"{name}.index"] = index
+    entry["nonzero"] = int(index.size)
+    entry["index"] = f"{EXACT_FILE}:{name}.index"
+    v64 = _int64(values)
+    if v64 is not None:
+        exact[f"{name}.numerators"] = v64
+        entry["numerators"] = f"{EXACT_FILE}:{name}.numerators"
+    else:  # numerators beyond int64: decimal strings in the manifest
+        manifest_big[name] = [str(int(v)) for v in values]
+        entry["numerators"] = f"{MANIFEST_FILE}:big_numerators.{name}"
+    if extra:
+        entry.update(extra)
+    return entry
 
 
-def _jsonable(o: Any) -> Any:
-    return json.loads(json.dumps(o, default=_json_default))
+def _certified_json(value: Any) -> dict[str, list[str]] | None:
+    """``certified_arithmetics`` as the manifest records it (None: nothing recorded)."""
+    if value is None:
+        return None
+    ok = isinstance(value, Mapping) and set(value) <= set(CERTIFIED_KEYS) and all(
+        isinstance(v, (list, tuple)) and all(isinstance(s, str) for s in v) for v in value.values())
+    if not ok:
+        raise ExportError("certified_arithmetics must be None or a mapping {'certified': [names], 'not_certified': "
+                          f"[names]}} of arithmetic names (e.g. format names), got {value!r}")
+    return {k: list(value.get(k, ())) for k in CERTIFIED_KEYS}
 
 
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
+def _atomic(path: Path, write) -> None:
+    """Write via a temporary file and rename, with the usual umask-based permissions."""
+    tmp = path.with_name(path.name + ".tmp")
+    write(tmp)
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(tmp, 0o666 & ~umask)
+    os.replace(tmp, path)
 
 
-# ------------------------------------------------------------------------------------------------
-# TransformerLens names, shapes and config
-# ------------------------------------------------------------------------------------------------
+def save(model: CompiledModel, out_dir: str | os.PathLike, dense: bool = True,
+         materialize_limit: int = DEFAULT_MATERIALIZE_LIMIT,
+         certified_arithmetics: Mapping[str, list[str]] | None = None) -> Path:
+    """Write ``model`` to ``out_dir`` (created if needed); returns the directory as a Path.
 
+    Files: ``model.safetensors`` (float64, TransformerLens names only), ``model.exact.safetensors``
+    (int64 numerators, code tables, manifest digests), ``manifest.json`` (see docs/exports.md).
 
-def _attention_dir(model: CompiledModel) -> str:
-    causal = {b.attn.causal for b in model.blocks}
-    if causal == {True}:
-        return "causal"
-    if causal <= {False}:
-        return "bidirectional"
-    return "mixed"
-
-
-def tl_config(model: CompiledModel) -> dict[str, Any]:
-    """The HookedTransformer config that runs ``model`` (as stored in the manifest).
-
-    Layers with fewer heads, a smaller d_head or d_mlp than the widest are zero-padded in the
-    float export (exactly neutral). ``attention_dir`` is "mixed" when layers disagree, which
-    TransformerLens cannot express.
+    ``dense``: True writes ``W_E`` / ``W_pos`` into ``model.safetensors`` when they have at most
+    ``materialize_limit`` entries (default 2^26), so TransformerLens and plain torch load it without
+    exactformer; False is the compact form: they are never written, and :func:`load` generates
+    their rows from the recorded position codes. ``certified_arithmetics``: the arithmetics the
+    model is certified in and those it is not, ``{"certified": [names], "not_certified": [names]}``,
+    recorded as given (default None: the manifest claims nothing).
     """
-    return {
-        "n_layers": model.n_layers,
-        "d_model": model.d_model,
-        "d_head": model.d_head,
-        "n_heads": model.n_heads,
-        "d_mlp": model.d_mlp,
-        "d_vocab": model.d_vocab,
-        "d_vocab_out": len(model.answers),
-        "n_ctx": model.n_ctx,
-        "act_fn": "relu",
-        "normalization_type": None,
-        "attention_dir": _attention_dir(model),
-        "use_attn_scale": False,
-        "positional_embedding_type": "standard",
-        "original_architecture": "exactformer",
-        "dtype": "float64",
-    }
+    check_shapes(model)
+    if not isinstance(dense, bool):
+        raise ExportError(f"dense must be True (dense float file) or False (compact), got {dense!r}")
+    if isinstance(materialize_limit, bool) or not isinstance(materialize_limit, (int, np.integer)) or materialize_limit < 0:
+        raise ExportError(f"materialize_limit must be an integer >= 0, got {materialize_limit!r}")
+    certified = _certified_json(certified_arithmetics)
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
 
+    floats: dict[str, np.ndarray] = {}
+    exact: dict[str, np.ndarray] = {}
+    big: dict[str, list[str]] = {}
+    codes = CodeRecord()
 
-def _pad(a: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
-    """Zero-pad ``a`` at the end of each axis to ``shape``."""
-    if tuple(a.shape) == tuple(shape):
-        return a
-    out = np.zeros(shape, dtype=a.dtype)
-    out[tuple(slice(0, s) for s in a.shape)] = a
-    return out
+    # ---- embeddings: dense table + code blocks (codes recorded once, shared ones shared on load) --
+    layout: dict[str, Any] = {}
+    for prefix, key, emb in (("embed", "embed.W_E", model.embed), ("pos_embed", "pos_embed.W_pos", model.pos_embed)):
+        materialized = dense and emb.n_rows * emb.d_model <= materialize_limit
+        den, inexact = _embedding_exactness(emb)
+        t = emb.table
+        layout[prefix] = {
+            "key": key,
+            "n_rows": emb.n_rows,
+            "d_model": emb.d_model,
+            "materialized": materialized,
+            "den": int(den),
+            "exact_in_float64": not inexact,
+            **({"inexact_values": [frac_str(f) for f in inexact[:_MAX_LISTED_INEXACT]]} if inexact else {}),
+            "table": _tensor_entry(f"{prefix}.table", t.num, t.den, to_float64(t.num, t.den)[1], exact, big,
+                                   {"first_row": emb.table_first_row}),
+            "blocks": [{"code": codes.ref(b.code, b.code_start + b.count), "first_row": b.first_row, "count": b.count,
+                        "col": b.col, "code_start": b.code_start, "scale": frac_str(Fraction(b.scale))}
+                       for b in emb.blocks],
+        }
+        if materialized:
+            floats[key] = embedding_float(emb)
 
-
-def _tl_shapes(model: CompiledModel, name: str) -> tuple[int, ...]:
-    H, dh, d, dm = model.n_heads, model.d_head, model.d_model, model.d_mlp
-    leaf = name.split(".")[-1]
-    return {
-        "W_Q": (H, d, dh), "W_K": (H, d, dh), "W_V": (H, d, dh), "W_O": (H, dh, d),
-        "b_Q": (H, dh), "b_K": (H, dh), "b_V": (H, dh), "b_O": (d,),
-        "W_in": (d, dm), "b_in": (dm,), "W_out": (dm, d), "b_out": (d,),
-        "W_U": (d, len(model.answers)), "b_U": (len(model.answers),),
-    }[leaf]
-
-
-def _embedding_float(emb: Embedding) -> np.ndarray:
-    """The full [n_rows, d_model] embedding in float64 (callers check the size first)."""
-    out = np.empty((emb.n_rows, emb.d_model), np.float64)
-    step = max(1, _CHUNK // max(1, emb.d_model))
-    for s in range(0, emb.n_rows, step):
-        rows = np.arange(s, min(emb.n_rows, s + step))
-        v = emb.values(rows)
-        out[rows] = _to_float64(v.num, v.den)[0]
-    return out
-
-
-def _embedding_rows_float(emb: Embedding, rows: np.ndarray) -> np.ndarray:
-    v = emb.values(np.asarray(rows, dtype=np.int64))
-    return _to_float64(v.num, v.den)[0]
-
-
-def tl_state_dict(model: CompiledModel, materialize_limit: int | None = None) -> dict[str, np.ndarray]:
-    """HookedTransformer state dict (numpy float64, TL names and shapes, correctly rounded).
-
-    ``embed.W_E`` / ``pos_embed.W_pos`` are included when their entry count is at most
-    ``materialize_limit`` (None: always).
-    """
-    sd: dict[str, np.ndarray] = {}
-    for key, emb in (("embed.W_E", model.embed), ("pos_embed.W_pos", model.pos_embed)):
-        if materialize_limit is None or emb.n_rows * emb.d_model <= materialize_limit:
-            sd[key] = _embedding_float(emb)
+    # ---- non-embedding weights --------------------------------------------------------------------
+    tensors: dict[str, Any] = {}
     for name, t in model.tensors().items():
-        sd[name] = _pad(_to_float64(t.num, t.den)[0], _tl_shapes(model, name))
-    return sd
+        f, inexact = to_float64(t.num, t.den)
+        if dense:
+            floats[name] = np.ascontiguousarray(pad(f, tl_shape(model, name)))
+        tensors[name] = _tensor_entry(name, t.num, t.den, inexact, exact, big, {"tl_shape": list(tl_shape(model, name))})
+
+    # ---- model.code: the construction's position code (the certificates read it) ----------------
+    code = getattr(model, "code", None)
+    model_code = None if code is None else codes.ref(code, int(getattr(code, "n", 0)))
+    exact.update(codes.arrays)
+
+    # ---- files: the float file (dense form), then the manifest's digests into the exact file ------
+    wpath, epath = out / WEIGHTS_FILE, out / EXACT_FILE
+    meta = {"format": "pt"}  # one key each: safetensors writes metadata in arbitrary order, files stay reproducible
+    files: dict[str, Any] = {}
+    if dense:
+        _atomic(wpath, lambda p: save_file({k: np.ascontiguousarray(v) for k, v in floats.items()}, str(p), metadata=meta))
+        files[WEIGHTS_FILE] = {"sha256": sha256_file(wpath), "bytes": wpath.stat().st_size,
+                               "keys": {k: "float64" for k in sorted(floats)}}
+    elif wpath.exists():  # a dense export's float file would no longer match the exact one
+        wpath.unlink()
+    files[EXACT_FILE] = {"keys": {k: str(exact[k].dtype) for k in sorted(exact)}}
+    manifest: dict[str, Any] = {
+        "format": FORMAT_NAME,
+        "format_version": FORMAT_VERSION,
+        "exactformer_version": __version__,
+        **{name: to_json(getattr(model, name)) for name, (to_json, _) in MODEL_FIELDS.items()},
+        "summary": model.summary(),
+        "output_vocab": model.output_vocab,
+        "encoding": encoding_of(model.construction),
+        "readout": READOUT,
+        "certified_arithmetics": certified,
+        "exactness": {
+            "weights_exact_in_float64": all(e["exact_in_float64"] for e in tensors.values())
+            and all(lay["exact_in_float64"] for lay in layout.values()),
+            "note": EXACTNESS_NOTE,
+        },
+        "files": files,
+        "transformer_lens_config": tl_config(model),
+        "layers": [{"causal": bool(b.attn.causal), "n_heads": b.attn.n_heads, "d_head": b.attn.d_head,
+                    "d_mlp": b.mlp.d_mlp} for b in model.blocks],
+        "dense": dense,
+        "materialize_limit": int(materialize_limit),
+        "embedding": layout,
+        "codes": codes.entries,
+        "model_code": model_code,
+        "tensors": tensors,
+        **({"big_numerators": big} if big else {}),
+    }
+    manifest = jsonable(manifest)  # exactly what load() will read back
+    digests = json.dumps(field_digests(manifest), separators=(",", ":"))
+    _atomic(epath, lambda p: save_file(exact, str(p), metadata={DIGESTS_KEY: digests}))
+    manifest["files"][EXACT_FILE].update(sha256=sha256_file(epath), bytes=epath.stat().st_size)
+    text = dumps_manifest(manifest)
+    _atomic(out / MANIFEST_FILE, lambda p: p.write_text(text))
+    return out
 
 
 # ------------------------------------------------------------------------------------------------
-# position-code generators
+# load
 # ------------------------------------------------------------------------------------------------
-
-_REGEN_KEYS = ("family", "n", "k", "m", "d", "seed", "max_inner")
-
-
-def _regenerate_code(gen: dict[str, Any]) -> Any:
-    """The position code a manifest generator describes (see docs/exports.md)."""
-    from exactformer.constructions import position_codes as pc
-
-    fam = gen.get("family")
-    n = int(gen["n"])
-    mi = Fraction(str(gen["max_inner"])) if gen.get("max_inner") is not None else Fraction(1, 4)
-    if fam == "reed-solomon":
-        code = pc.ReedSolomonCode(n, int(gen["m"]), int(gen["d"]), mi)
-    elif fam == "random":
-        code = pc.RandomSignCode(n, int(gen["k"]), int(gen["seed"] or 0), mi)
-    elif fam == "onehot":
-        code = pc.OneHotCode(n, mi)
-    else:
-        code = pc.position_codes(n, max_inner=mi, family=fam, seed=int(gen.get("seed") or 0))
-    if int(code.k) != int(gen["k"]):
-        raise ValueError(f"regenerated code has k = {code.k}, the manifest says {gen['k']}")
-    return code
-
-
-def _code_rows(code: Any, idx: np.ndarray) -> np.ndarray:
-    """The code's integer vectors at ``idx`` (numerators where the code has them, else signs)."""
-    fn = getattr(code, "numerators", None) or code.signs
-    return np.asarray(fn(idx))
-
-
-def _code_indices(n: int, seed: int = 0) -> np.ndarray:
-    rng = np.random.default_rng(seed)
-    idx = {0, n - 1, n // 2}
-    idx.update(int(i) for i in rng.integers(0, n, size=min(n, SAMPLE_ROWS)))
-    return np.array(sorted(i for i in idx if 0 <= i < n), dtype=np.int64)
-
-
-def _code_generator(code: Any) -> tuple[dict | None, str | None]:
-    """(generator dict, None) if ``code`` can be regenerated from its describe(), else (None, why).
-
-    Regeneration is checked at save time on a sample of indices, so a saved generator is known to
-    reproduce the code's signs."""
-    try:
-        desc = code.describe()
-    except Exception as e:  # noqa: BLE001 - any code object without a working describe()
-        return None, f"describe() failed: {e}"
-    if not isinstance(desc, dict) or "family" not in desc or "n" not in desc or "k" not in desc:
-        return None, "describe() lacks family/n/k"
-    gen = {k: desc.get(k) for k in _REGEN_KEYS}
-    try:
-        regen = _regenerate_code(gen)
-        idx = _code_indices(int(desc["n"]))
-        if not np.array_equal(_code_rows(regen, idx), _code_rows(code, idx)):
-            return None, "regenerated vectors differ from the code's"
-    except Exception as e:  # noqa: BLE001
-        return None, f"cannot regenerate: {e}"
-    return {"generator": gen, "describe": _jsonable(desc)}, None
-
-
-# ------------------------------------------------------------------------------------------------
-# save
-# ------------------------------------------------------------------------------------------------
-
-
-def _param_json(p: Param) -> dict[str, Any]:
-    v = p.value
-    if isinstance(v, Fraction):
-        typ, val = "Fraction", _frac_str(v)
-    elif isinstance(v, bool) or v is None:
-        typ, val = type(v).__name__, v
-    elif isinstance(v, (int, np.integer)):
-        typ, val = "int", int(v)
-    elif isinstance(v, (float, np.floating)):
-        typ, val = "float", float(v)
-    elif isinstance(v, str):
-        typ, val = "str", v
-    else:
-        typ, val = "json", _jsonable(v)
-    return {"value": val, "formula": p.formula, "type": typ}
-
-
-def _param_from_json(d: dict[str, Any]) -> Param:
-    v, typ = d.get("value"), d.get("type")
-    if typ == "Fraction":
-        v = Fraction(str(v))
-    return Param(v, d.get("formula", ""))
 
 
 def _sample_rows(emb: Embedding, seed: int = 0) -> np.ndarray:
-    """Rows compared between regenerated and stored embeddings: every dense-table row (up to
+    """Rows compared between generated and stored embeddings: every dense-table row (up to
     4096), the first, middle and last row of every code block, and SAMPLE_ROWS random rows."""
     rows: set[int] = set()
     tr = emb.table_rows
@@ -369,339 +320,77 @@ def _sample_rows(emb: Embedding, seed: int = 0) -> np.ndarray:
     return np.array(sorted(r for r in rows if 0 <= r < emb.n_rows), dtype=np.int64)
 
 
-def _embedding_exactness(emb: Embedding) -> tuple[int, list[Fraction]]:
-    """(common denominator of the rows, distinct values float64 cannot hold exactly)."""
-    den = math.lcm(int(emb.table.den), *[b.scale.denominator for b in emb.blocks])
-    cands = {Fraction(int(v), emb.table.den) for v in np.unique(emb.table.num)} if emb.table.num.size else set()
-    for b in emb.blocks:
-        cands.update([b.scale, -b.scale])
-    inexact = [f for f in sorted(cands) if Fraction(f.numerator / f.denominator) != f]
-    return den, inexact
-
-
-def _tensor_entry(name: str, num: np.ndarray, den: int, inexact: list[Fraction], exact: dict, manifest_big: dict,
-                  extra: dict | None = None) -> dict[str, Any]:
-    n64 = _int64(num)
-    entry: dict[str, Any] = {"shape": list(num.shape), "den": int(den), "float64_exact": not inexact}
-    if inexact:
-        entry["inexact_values"] = [_frac_str(f) for f in inexact[:_MAX_LISTED_INEXACT]]
-        entry["inexact_count"] = len(inexact)
-    if n64 is not None:
-        exact[name] = n64
-        entry["numerators"] = f"{EXACT_FILE}:{name}"
-    else:  # numerators beyond int64: decimal strings in the manifest
-        manifest_big[name] = [str(int(v)) for v in np.asarray(num).reshape(-1)]
-        entry["numerators"] = f"{MANIFEST_FILE}:big_numerators.{name}"
-    if extra:
-        entry.update(extra)
-    return entry
-
-
-def save(model: CompiledModel, out_dir: str | os.PathLike, materialize_limit: int = DEFAULT_MATERIALIZE_LIMIT) -> Path:
-    """Write ``model`` to ``out_dir`` (created if needed); returns the directory as a Path.
-
-    Files: ``model.safetensors`` (float64, TransformerLens names only), ``model.exact.safetensors``
-    (int64 numerators), ``manifest.json`` (see the module docstring and docs/exports.md).
-    ``W_E`` / ``W_pos`` go into ``model.safetensors`` when they have at most ``materialize_limit``
-    entries (default 2^26); larger ones are regenerated from position codes on load.
-    """
-    from safetensors.numpy import save_file
-
-    check_shapes(model)
-    if not isinstance(materialize_limit, (int, np.integer)) or materialize_limit < 0:
-        raise ExportError(f"materialize_limit must be an integer >= 0, got {materialize_limit!r}")
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-
-    floats: dict[str, np.ndarray] = {}
-    exact: dict[str, np.ndarray] = {}
-    big: dict[str, list[str]] = {}
-    tensors: dict[str, Any] = {}
-
-    # ---- position codes (deduplicated by identity so shared codes stay shared on load) ----------
-    codes: list[dict[str, Any]] = []
-    code_index: dict[int, int | None] = {}
-    code_why: dict[int, str] = {}
-
-    def code_ref(code: Any) -> int | None:
-        if id(code) not in code_index:
-            gen, why = _code_generator(code)
-            if gen is None:
-                code_index[id(code)] = None
-                code_why[id(code)] = why or "unknown"
-            else:
-                code_index[id(code)] = len(codes)
-                codes.append(gen)
-        return code_index[id(code)]
-
-    # ---- embeddings ----------------------------------------------------------------------------
-    layout: dict[str, Any] = {}
-    for prefix, key, emb in (("embed", "embed.W_E", model.embed), ("pos_embed", "pos_embed.W_pos", model.pos_embed)):
-        entries = emb.n_rows * emb.d_model
-        materialized = entries <= materialize_limit
-        den, inexact = _embedding_exactness(emb)
-        refs = [code_ref(b.code) for b in emb.blocks]
-        generated = all(r is not None for r in refs)
-        lay: dict[str, Any] = {
-            "key": key,
-            "n_rows": emb.n_rows,
-            "d_model": emb.d_model,
-            "materialized": materialized,
-            "den": int(den),
-            "float64_exact": not inexact,
-        }
-        if inexact:
-            lay["inexact_values"] = [_frac_str(f) for f in inexact[:_MAX_LISTED_INEXACT]]
-        if generated:
-            lay["mode"] = "generated"
-            lay["table"] = _tensor_entry(f"{prefix}.table", emb.table.num, emb.table.den, _to_float64(emb.table.num, emb.table.den)[1],
-                                         exact, big, {"first_row": emb.table_first_row})
-            lay["blocks"] = [
-                {"code": r, "first_row": b.first_row, "count": b.count, "col": b.col, "code_start": b.code_start,
-                 "scale": _frac_str(Fraction(b.scale))}
-                for r, b in zip(refs, emb.blocks)
-            ]
-        else:
-            why = "; ".join(code_why[id(b.code)] for b, r in zip(emb.blocks, refs) if r is None)
-            if not materialized:
-                raise ExportError(
-                    f"{key} has {entries} entries > materialize_limit {materialize_limit} and its position code "
-                    f"cannot be regenerated ({why}); raise materialize_limit to store it densely"
-                )
-            full = emb.values(np.arange(emb.n_rows))
-            lay["mode"] = "dense"
-            lay["dense_reason"] = why
-            lay["dense"] = _tensor_entry(f"{prefix}.dense", full.num, full.den, inexact, exact, big)
-        if materialized:
-            floats[key] = _embedding_float(emb)
-        layout[prefix] = lay
-
-    # ---- non-embedding weights --------------------------------------------------------------------
-    for name, t in model.tensors().items():
-        f, inexact = _to_float64(t.num, t.den)
-        floats[name] = np.ascontiguousarray(_pad(f, _tl_shapes(model, name)))
-        tensors[name] = _tensor_entry(name, t.num, t.den, inexact, exact, big, {"tl_shape": list(_tl_shapes(model, name))})
-
-    # ---- model.code (the construction's code, when it is one of the block codes or regenerable) --
-    model_code = None
-    if getattr(model, "code", None) is not None:
-        model_code = code_ref(model.code)
-
-    layers = [
-        {"causal": bool(b.attn.causal), "n_heads": b.attn.n_heads, "d_head": b.attn.d_head, "d_mlp": b.mlp.d_mlp}
-        for b in model.blocks
-    ]
-    answers = _answers_json(model.answers)
-    structure = _structure_digest(layers, tensors, layout, codes, model_code, list(model.vocab), answers, big)
-
-    # ---- write the weight files -----------------------------------------------------------------
-    wpath, epath = out / WEIGHTS_FILE, out / EXACT_FILE
-    meta = {"format": "pt", "exactformer": FORMAT_NAME, "manifest": MANIFEST_FILE}
-    _atomic(wpath, lambda p: save_file({k: np.ascontiguousarray(v) for k, v in floats.items()}, str(p), metadata=meta))
-    _atomic(epath, lambda p: save_file(exact, str(p), metadata=meta | {"structure_sha256": structure}))
-
-    try:
-        from exactformer import __version__ as version
-    except ImportError:  # pragma: no cover
-        version = None
-    manifest: dict[str, Any] = {
-        "format": FORMAT_NAME,
-        "format_version": FORMAT_VERSION,
-        "exactformer_version": version,
-        "construction": model.construction,
-        "theorem": model.theorem,
-        "n": model.n,
-        "precision": model.precision,
-        "params": {k: _param_json(p) for k, p in model.params.items()},
-        "summary": _jsonable(model.summary()),
-        "task_params": _jsonable(model.task_params),
-        "files": {
-            WEIGHTS_FILE: {"sha256": _sha256(wpath), "bytes": wpath.stat().st_size, "dtype": "float64",
-                           "keys": sorted(floats)},
-            EXACT_FILE: {"sha256": _sha256(epath), "bytes": epath.stat().st_size, "dtype": "int64",
-                         "keys": sorted(exact)},
-        },
-        "vocab": list(model.vocab),
-        "output_vocab": model.output_vocab,
-        "answers": answers,
-        "transformer_lens_config": tl_config(model),
-        "layers": layers,
-        "materialize_limit": int(materialize_limit),
-        "embedding": layout,
-        "codes": codes,
-        "model_code": model_code,
-        "tensors": tensors,
-        "structure_sha256": structure,
-        "exactness": {
-            "float64_exact": all(e["float64_exact"] for e in tensors.values())
-            and all(layout[p]["float64_exact"] for p in layout),
-            "note": "model.safetensors holds the correctly rounded float64 of each exact weight num/den; "
-            "float64_exact says whether that is the weight itself. The exact value is always "
-            "numerators (model.exact.safetensors) / den (this manifest).",
-        },
-    }
-    if big:
-        manifest["big_numerators"] = big
-    text = json.dumps(manifest, indent=1, default=_json_default)
-    _atomic(out / MANIFEST_FILE, lambda p: p.write_text(text))
-    return out
-
-
-def _structure_digest(layers, tensors, layout, codes, model_code, vocab, answers, big) -> str:
-    """sha256 of the manifest fields that define the exact model (layers, denominators, embedding
-    layout, code generators, vocabularies). It is stored in model.exact.safetensors' metadata, whose
-    own sha256 is in the manifest, so a hand-edited manifest is refused on load."""
-    doc = {
-        "layers": layers,
-        "tensors": tensors,
-        "embedding": layout,
-        "codes": [c["generator"] for c in codes],
-        "model_code": model_code,
-        "vocab": vocab,
-        "answers": answers,
-        "big_numerators": big,
-    }
-    text = json.dumps(doc, sort_keys=True, separators=(",", ":"), default=_json_default)
-    return hashlib.sha256(text.encode()).hexdigest()
-
-
-def _answers_json(answers: list[Any]) -> dict[str, Any]:
-    """Answers as JSON when they survive a round trip (ints, strings, ...), else their str()."""
-    try:
-        vals = _jsonable(list(answers))
-        if vals == list(answers):
-            return {"values": vals, "exact": True}
-    except (TypeError, ValueError):
-        pass
-    return {"values": [str(a) for a in answers], "exact": False}
-
-
-def _atomic(path: Path, write) -> None:
-    """Write via a temporary file and rename, with the usual umask-based permissions."""
-    tmp = path.with_name(path.name + ".tmp")
-    write(tmp)
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(tmp, 0o666 & ~umask)
-    os.replace(tmp, path)
-
-
-# ------------------------------------------------------------------------------------------------
-# load
-# ------------------------------------------------------------------------------------------------
-
-
 def load(out_dir: str | os.PathLike) -> CompiledModel:
     """Rebuild the exact model saved by :func:`save` in ``out_dir``.
 
-    Checks, each failure a :class:`ManifestError` naming the file: the manifest parses and has
-    this format; both weight files exist and match their sha256; every float64 weight in
-    ``model.safetensors`` equals the correctly rounded exact weight; regenerated embedding rows
-    equal the stored ``W_E``/``W_pos`` rows on a sample (when materialised). Position codes are
-    regenerated from their recorded generators (blocks that shared a code share it again).
+    Checks, each failure a :class:`ManifestError` naming the file (and the field): both weight
+    files match their sha256 and every manifest field its digest (:func:`read_manifest`); every
+    float64 weight in ``model.safetensors`` equals the correctly rounded exact weight; a
+    materialised ``W_E``/``W_pos`` equals the generated rows on a sample. Position codes are
+    rebuilt from their recipes (blocks that shared a code share it again); embedding rows are
+    generated on demand, never materialised.
     """
-    from safetensors import safe_open
-    from safetensors.numpy import load_file
-
     d = Path(out_dir)
-    mpath = d / MANIFEST_FILE
-    if not mpath.is_file():
-        raise ManifestError(f"{mpath}: no such file (not an exactformer export directory)")
+    man = read_manifest(d)
     try:
-        man = json.loads(mpath.read_text())
-    except (OSError, ValueError) as e:
-        raise ManifestError(f"{mpath}: cannot parse: {e}") from e
-    if not isinstance(man, dict) or man.get("format") != FORMAT_NAME:
-        raise ManifestError(f"{mpath}: not an {FORMAT_NAME} manifest")
-    if man.get("format_version") != FORMAT_VERSION:
-        raise ManifestError(f"{mpath}: format_version {man.get('format_version')!r} is not supported (expected {FORMAT_VERSION})")
-    try:
-        return _load(d, mpath, man, safe_open, load_file)
+        return _build(d, man)
     except ManifestError:
         raise
     except (KeyError, TypeError, ValueError, IndexError, IRError) as e:
-        raise ManifestError(f"{mpath}: malformed or inconsistent manifest: {type(e).__name__}: {e}") from e
+        raise ManifestError(f"{d / MANIFEST_FILE}: malformed or inconsistent manifest: {type(e).__name__}: {e}") from e
 
 
-def _load(d: Path, mpath: Path, man: dict, safe_open, load_file) -> CompiledModel:
-    files = man["files"]
-    for fname in (WEIGHTS_FILE, EXACT_FILE):
-        p = d / fname
-        if fname not in files:
-            raise ManifestError(f"{mpath}: lists no sha256 for {fname}")
-        if not p.is_file():
-            raise ManifestError(f"{p}: no such file (listed in {mpath})")
-        actual = _sha256(p)
-        if actual != files[fname]["sha256"]:
-            raise ManifestError(
-                f"{p}: sha256 {actual} does not match {files[fname]['sha256']} recorded in {mpath}; "
-                "the file was modified or belongs to another export"
-            )
+def _build(d: Path, man: dict[str, Any]) -> CompiledModel:
     wpath, epath = d / WEIGHTS_FILE, d / EXACT_FILE
     exact = load_file(str(epath))
     big = man.get("big_numerators", {})
-    with safe_open(str(epath), framework="np") as ef:
-        recorded = (ef.metadata() or {}).get("structure_sha256")
-    structure = _structure_digest(man["layers"], man["tensors"], man["embedding"], man["codes"], man.get("model_code"),
-                                  man["vocab"], man["answers"], big)
-    if recorded != structure:
-        raise ManifestError(
-            f"{mpath}: the model structure (layers, denominators, embedding layout, code generators, vocabularies) "
-            f"has sha256 {structure}, but {epath} was written for {recorded}; the manifest was edited"
-        )
 
-    def tensor(entry: dict[str, Any], where: str) -> ExactTensor:
-        src, _, key = entry["numerators"].partition(":")
-        shape = tuple(entry["shape"])
+    def stored(ref: str, where: str) -> np.ndarray:
+        src, _, key = ref.partition(":")
         if src == EXACT_FILE:
             if key not in exact:
                 raise ManifestError(f"{epath}: missing tensor {key!r} ({where})")
-            num = exact[key]
-        else:
-            num = np.array([int(v) for v in big[key.split(".", 1)[1]]], dtype=object)
-        if int(np.prod(shape)) != num.size:
-            raise ManifestError(f"{epath}: tensor {key!r} has {num.size} entries, manifest shape {list(shape)}")
+            return exact[key]
+        return np.array([int(v) for v in big[key.split(".", 1)[1]]], dtype=object)
+
+    def tensor(entry: dict[str, Any], where: str) -> ExactTensor:
+        shape = tuple(int(s) for s in entry["shape"])
+        size = math.prod(shape)
+        index, values = stored(entry["index"], where), stored(entry["numerators"], where)
+        if index.shape != values.shape or index.ndim != 1 or (index.size and not 0 <= index.min() <= index.max() < size):
+            raise ManifestError(f"{epath}: the nonzero indices of {where} do not fit its numerators or shape {list(shape)}")
+        num = np.zeros(size, dtype=object if values.dtype == object else np.int64)
+        num[index] = values
         return ExactTensor(num.reshape(shape), int(entry["den"]))
 
-    # ---- weights, cross-checked against the float file -------------------------------------------
-    with safe_open(str(wpath), framework="np") as wf:
-        wkeys = set(wf.keys())
+    codes = rebuild(man["codes"], exact)
+    dense_file = WEIGHTS_FILE in man["files"]
+    with safe_open(str(wpath), framework="np") if dense_file else contextlib.nullcontext() as wf:
+        wkeys = set(wf.keys()) if dense_file else set()
+        # ---- weights, cross-checked against the float file (dense form) -------------------------
         weights: dict[str, ExactTensor] = {}
         for name, entry in man["tensors"].items():
             t = tensor(entry, name)
-            if name not in wkeys:
-                raise ManifestError(f"{wpath}: missing tensor {name!r}")
-            stored = wf.get_tensor(name)
-            expect = _pad(_to_float64(t.num, t.den)[0], tuple(entry["tl_shape"]))
-            if stored.shape != expect.shape or not np.array_equal(stored, expect):
-                raise ManifestError(f"{wpath}: {name} differs from its exact value in {epath}")
+            if dense_file:
+                if name not in wkeys:
+                    raise ManifestError(f"{wpath}: missing tensor {name!r}")
+                expect = pad(to_float64(t.num, t.den)[0], tuple(entry["tl_shape"]))
+                got = wf.get_tensor(name)
+                if got.shape != expect.shape or not np.array_equal(got, expect):
+                    raise ManifestError(f"{wpath}: {name} differs from its exact value in {epath}")
             weights[name] = t
 
-        # ---- position codes ------------------------------------------------------------------------
-        codes = []
-        for i, c in enumerate(man["codes"]):
-            try:
-                codes.append(_regenerate_code(c["generator"]))
-            except Exception as e:  # noqa: BLE001
-                raise ManifestError(f"{mpath}: codes[{i}] cannot be regenerated: {e}") from e
-
-        # ---- embeddings ----------------------------------------------------------------------------
+        # ---- embeddings: table + code blocks; a materialised copy is compared on a sample ------------
         embs = {}
         for prefix in ("embed", "pos_embed"):
             lay = man["embedding"][prefix]
             n_rows, dm = int(lay["n_rows"]), int(lay["d_model"])
-            if lay["mode"] == "generated":
-                tbl = tensor(lay["table"], f"{prefix}.table")
-                blocks = tuple(
-                    CodeBlock(codes[b["code"]], int(b["first_row"]), int(b["count"]), int(b["col"]),
-                              int(b["code_start"]), Fraction(str(b["scale"])))
-                    for b in lay["blocks"]
-                )
-                emb = Embedding(n_rows, dm, tbl, int(lay["table"]["first_row"]), blocks)
-            elif lay["mode"] == "dense":
-                emb = Embedding(n_rows, dm, tensor(lay["dense"], f"{prefix}.dense"), 0, ())
-            else:
-                raise ManifestError(f"{mpath}: embedding.{prefix}.mode {lay['mode']!r} is unknown")
+            blocks = tuple(
+                CodeBlock(codes[b["code"]], int(b["first_row"]), int(b["count"]), int(b["col"]),
+                          int(b["code_start"]), Fraction(str(b["scale"])))
+                for b in lay["blocks"]
+            )
+            emb = Embedding(n_rows, dm, tensor(lay["table"], f"{prefix}.table"), int(lay["table"]["first_row"]), blocks)
             if lay["materialized"]:
                 key = lay["key"]
                 if key not in wkeys:
@@ -710,12 +399,12 @@ def _load(d: Path, mpath: Path, man: dict, safe_open, load_file) -> CompiledMode
                 if tuple(sl.get_shape()) != (n_rows, dm):
                     raise ManifestError(f"{wpath}: {key} has shape {sl.get_shape()}, expected {[n_rows, dm]}")
                 rows = _sample_rows(emb)
-                stored = np.stack([sl[int(r) : int(r) + 1][0] for r in rows]) if rows.size else np.zeros((0, dm))
-                if not np.array_equal(stored, _embedding_rows_float(emb, rows)):
-                    raise ManifestError(f"{wpath}: {key} rows differ from the rows regenerated from {mpath}/{EXACT_FILE}")
+                got = np.stack([sl[int(r) : int(r) + 1][0] for r in rows]) if rows.size else np.zeros((0, dm))
+                if not np.array_equal(got, embedding_rows_float(emb, rows)):
+                    raise ManifestError(f"{wpath}: {key} rows differ from the rows generated from {MANIFEST_FILE}/{EXACT_FILE}")
             embs[prefix] = emb
 
-    # ---- the model ---------------------------------------------------------------------------------
+    # ---- the model -------------------------------------------------------------------------------
     blocks = []
     for l, lay in enumerate(man["layers"]):
         w = lambda n: weights[f"blocks.{l}.{n}"]  # noqa: E731
@@ -723,191 +412,14 @@ def _load(d: Path, mpath: Path, man: dict, safe_open, load_file) -> CompiledMode
                          w("attn.b_Q"), w("attn.b_K"), w("attn.b_V"), w("attn.b_O"), causal=bool(lay["causal"]))
         blocks.append(Block(attn, MLP(w("mlp.W_in"), w("mlp.b_in"), w("mlp.W_out"), w("mlp.b_out"))))
     model = CompiledModel(
-        construction=man["construction"],
-        theorem=man["theorem"],
-        n=int(man["n"]),
         embed=embs["embed"],
         pos_embed=embs["pos_embed"],
         blocks=blocks,
         W_U=weights["unembed.W_U"],
         b_U=weights["unembed.b_U"],
-        vocab=list(man["vocab"]),
-        answers=list(man["answers"]["values"]),
-        params={k: _param_from_json(v) for k, v in man.get("params", {}).items()},
-        precision=man.get("precision"),
-        task_params=man.get("task_params", {}),
+        **{name: from_json(man[name]) for name, (_, from_json) in MODEL_FIELDS.items()},
     )
     check_shapes(model)
-    if model.output_vocab != list(man["output_vocab"]):
-        raise ManifestError(f"{mpath}: output_vocab disagrees with answers")
-    if man.get("model_code") is not None:
+    if man["model_code"] is not None:
         model.code = codes[man["model_code"]]  # type: ignore[attr-defined]
     return model
-
-
-# ------------------------------------------------------------------------------------------------
-# plain torch
-# ------------------------------------------------------------------------------------------------
-
-
-def to_torch(model: CompiledModel, dtype: Any = None, device: Any = None):
-    """The float forward pass of ``model`` as a ``torch.nn.Module`` (default dtype float64).
-
-    ``forward(tokens [B, T] long) -> logits [B, T, d_vocab_out]`` with HookedTransformer semantics
-    (no normalisation, no attention scaling, ReLU MLP, bidirectional unless the layer is causal).
-    Weights are buffers named like TransformerLens' state dict (``blocks.0.attn.W_Q``, ...);
-    embedding rows are generated for the distinct token ids and the positions of each batch, so
-    no ``n x d_model`` table is built. Move it with ``.to("cuda")`` as usual.
-    """
-    import torch
-
-    return _make_torch_module(torch)(model, torch.float64 if dtype is None else dtype, device)
-
-
-_TORCH_CLASS = None
-
-
-def _make_torch_module(torch):
-    global _TORCH_CLASS
-    if _TORCH_CLASS is not None:
-        return _TORCH_CLASS
-    nn = torch.nn
-
-    class _Holder(nn.Module):
-        def __init__(self, tensors: dict[str, Any]):
-            super().__init__()
-            for k, v in tensors.items():
-                self.register_buffer(k, v)
-
-    class ExactformerTorch(nn.Module):
-        """Float forward pass of an exactformer CompiledModel (see :func:`to_torch`)."""
-
-        def __init__(self, model: CompiledModel, dtype, device=None):
-            super().__init__()
-            check_shapes(model)
-            self.exact_model = model
-            self.answers = list(model.answers)
-            self.output_vocab = model.output_vocab
-            self.n_ctx, self.d_vocab = model.n_ctx, model.d_vocab
-            self.causal = [bool(b.attn.causal) for b in model.blocks]
-            f = lambda t: torch.as_tensor(_to_float64(t.num, t.den)[0], dtype=dtype, device=device)  # noqa: E731
-            blocks = []
-            for b in model.blocks:
-                blk = nn.Module()
-                blk.attn = _Holder({k: f(getattr(b.attn, k)) for k in ("W_Q", "W_K", "W_V", "W_O", "b_Q", "b_K", "b_V", "b_O")})
-                blk.mlp = _Holder({k: f(getattr(b.mlp, k)) for k in ("W_in", "b_in", "W_out", "b_out")})
-                blocks.append(blk)
-            self.blocks = nn.ModuleList(blocks)
-            self.unembed = _Holder({"W_U": f(model.W_U), "b_U": f(model.b_U)})
-            self._pos_cache: dict[Any, Any] = {}
-
-        def _rows(self, emb: Embedding, ids) -> Any:
-            ref = self.unembed.W_U
-            return torch.as_tensor(_embedding_rows_float(emb, ids), dtype=ref.dtype, device=ref.device)
-
-        def _positions(self, T: int):
-            ref = self.unembed.W_U
-            key = (ref.device, ref.dtype)
-            P = self._pos_cache.get(key)
-            if P is None or P.shape[0] < T:
-                P = self._rows(self.exact_model.pos_embed, np.arange(T))
-                self._pos_cache = {key: P}
-            return P[:T]
-
-        def forward(self, tokens):
-            ref = self.unembed.W_U
-            tokens = torch.as_tensor(tokens, device=ref.device)
-            if tokens.dim() == 1:
-                tokens = tokens[None]
-            if tokens.dim() != 2 or tokens.dtype in (torch.float16, torch.float32, torch.float64, torch.bool):
-                raise ValueError(f"tokens must be an integer tensor [B, T], got {tuple(tokens.shape)} {tokens.dtype}")
-            B, T = tokens.shape
-            if not 1 <= T <= self.n_ctx:
-                raise ValueError(f"sequence length T={T} must lie in [1, n_ctx={self.n_ctx}]")
-            if tokens.numel() and (int(tokens.min()) < 0 or int(tokens.max()) >= self.d_vocab):
-                raise ValueError(f"token ids must lie in [0, d_vocab={self.d_vocab})")
-            uniq, inv = torch.unique(tokens, return_inverse=True)
-            E = self._rows(self.exact_model.embed, uniq.cpu().numpy())
-            x = E[inv] + self._positions(T)[None]
-            for blk, causal in zip(self.blocks, self.causal):
-                a, m = blk.attn, blk.mlp
-                q = torch.einsum("btd,hde->bhte", x, a.W_Q) + a.b_Q[None, :, None, :]
-                k = torch.einsum("btd,hde->bhte", x, a.W_K) + a.b_K[None, :, None, :]
-                v = torch.einsum("btd,hde->bhte", x, a.W_V) + a.b_V[None, :, None, :]
-                s = q @ k.transpose(-1, -2)  # no 1/sqrt(d_head)
-                if causal:
-                    mask = torch.ones(T, T, dtype=torch.bool, device=x.device).triu(1)
-                    s = s.masked_fill(mask, float("-inf"))
-                z = torch.softmax(s, dim=-1) @ v  # [B, H, T, d_head]
-                x = x + torch.einsum("bhte,hed->btd", z, a.W_O) + a.b_O
-                x = x + torch.relu(x @ m.W_in + m.b_in) @ m.W_out + m.b_out
-            return x @ self.unembed.W_U + self.unembed.b_U
-
-        def decode(self, logits) -> list[Any]:
-            """Answers for logits [B, T, d_vocab_out] (last position; ties -> lowest index)."""
-            return [self.answers[int(i)] for i in logits[:, -1, :].argmax(dim=-1).tolist()]
-
-    _TORCH_CLASS = ExactformerTorch
-    return _TORCH_CLASS
-
-
-# ------------------------------------------------------------------------------------------------
-# TransformerLens 4.x
-# ------------------------------------------------------------------------------------------------
-
-LENS_HINT = "pip install 'exactformer[lens]'"
-
-
-def to_transformer_lens(model: CompiledModel, dtype: Any = None, device: Any = None):
-    """A TransformerLens 4.x ``TransformerBridge`` running ``model`` (optional extra ``[lens]``).
-
-    Built with ``TransformerBridge.boot_native`` on a ``TransformerBridgeConfig(...,
-    architecture="TransformerLensNative")``; the float64 HookedTransformer-format state dict is
-    converted with ``convert_tl_checkpoint`` and loaded strictly. The native bridge divides
-    attention scores by sqrt(d_head) (it refuses ``attn_scale=1`` for d_head > 1), so sqrt(d_head)
-    is folded into ``W_Q`` and ``b_Q``: scores are then the construction's unscaled scores up to
-    float rounding. Embeddings are materialised in full (TransformerLens needs dense tables).
-    """
-    try:
-        import transformer_lens  # noqa: F401
-        from transformer_lens.config import TransformerBridgeConfig
-        from transformer_lens.model_bridge import TransformerBridge
-        from transformer_lens.utilities.tl_checkpoint_conversion import convert_tl_checkpoint
-    except ImportError as e:
-        raise ImportError(
-            f"to_transformer_lens needs TransformerLens 4.x ({e}); install it with: {LENS_HINT}"
-        ) from e
-    import torch
-
-    cfg_d = tl_config(model)
-    if cfg_d["attention_dir"] == "mixed":
-        raise ExportError("TransformerLens cannot express layers that mix causal and bidirectional attention")
-    dtype = torch.float64 if dtype is None else dtype
-    sd = tl_state_dict(model)
-    scale = math.sqrt(model.d_head)
-    for l in range(model.n_layers):
-        sd[f"blocks.{l}.attn.W_Q"] = sd[f"blocks.{l}.attn.W_Q"] * scale
-        sd[f"blocks.{l}.attn.b_Q"] = sd[f"blocks.{l}.attn.b_Q"] * scale
-    cfg = TransformerBridgeConfig(
-        d_model=cfg_d["d_model"],
-        d_head=cfg_d["d_head"],
-        n_layers=cfg_d["n_layers"],
-        n_ctx=cfg_d["n_ctx"],
-        n_heads=cfg_d["n_heads"],
-        d_mlp=cfg_d["d_mlp"],
-        d_vocab=cfg_d["d_vocab"],
-        d_vocab_out=cfg_d["d_vocab_out"],
-        act_fn="relu",
-        normalization_type=None,
-        attention_dir=cfg_d["attention_dir"],
-        positional_embedding_type="standard",
-        architecture="TransformerLensNative",
-        dtype=dtype,
-        init_weights=False,
-    )
-    bridge = TransformerBridge.boot_native(cfg, device=device, dtype=dtype)
-    tsd = {k: torch.as_tensor(v, dtype=dtype) for k, v in sd.items()}
-    converted = convert_tl_checkpoint(tsd, cfg)
-    bridge.load_state_dict(converted, strict=True)
-    bridge.eval()
-    return bridge

@@ -319,6 +319,21 @@ def _assemble(n: int, alphabet: int, code: Any, k: int, m: int, eta: Fraction) -
 # ------------------------------------------------------------------------------------------------
 
 
+#: How a natural input (symbols, p) becomes token ids, declared for exports' manifest.json (schema in
+#: docs/exports.md): tokens in position order, each named by ``str.format`` of its template; a
+#: name's id is its index in ``model.vocab``. Must agree with :func:`encode` (tests/test_export_encoding.py).
+ENCODING = {
+    "inputs": [
+        {"name": "symbols", "type": "N ints in [0, |Sigma|)"},
+        {"name": "p", "type": "int in [1, N] (1-based)"},
+    ],
+    "tokens": [
+        {"for_each": "symbols", "token": "s{}"},
+        {"of": "p", "token": "p{}"},
+    ],
+}
+
+
 def _check_example(model: CompiledModel, symbols: Sequence[int], p: int) -> None:
     n, S = model.n, len(model.answers)
     if len(symbols) != n:

@@ -552,6 +552,14 @@ def _assemble(n, code, r, k, index, ftype, types, eta_gs, c, l0) -> CompiledMode
 # ------------------------------------------------------------------------------------------------
 
 
+#: How a natural input x becomes token ids, declared for exports' manifest.json (schema in
+#: docs/exports.md): the BOS token, then one token per bit, named "0" or "1". Must agree with :func:`encode`.
+ENCODING = {
+    "inputs": [{"name": "x", "type": "N ints in {0, 1}"}],
+    "tokens": [{"token": "BOS"}, {"for_each": "x", "token": "{}"}],
+}
+
+
 def encode(model: CompiledModel, example: Sequence[int]) -> np.ndarray:
     """x in {0, 1}^N (a list of ints) -> token ids [N + 1]: BOS, then the bits."""
     return encode_arrays(model, sequence_rows([example]))[0]

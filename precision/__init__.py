@@ -6,22 +6,17 @@
 >>> fmt.to_fraction(fmt.mul(r, r)).tolist()
 [Fraction(1, 4), Fraction(25, 16)]
 
-See docs/precision.md for the semantics of every operation.
+See docs/precision.md for the semantics of every operation. Modules: ``base`` (the Format
+interface, counts, tagging), ``fixed_point`` (FixedPoint), ``floats`` (Float64, Float32),
+``parse`` (parse_format), ``_exact`` (exact values of inputs), ``_wide``/``_exp``/``_matmul``
+(exact integer kernels), ``reference`` (slow Fraction-only semantics for the tests).
 """
 
 from .errors import FormatMismatchError, PrecisionError, RawTypeError
-from .formats import (
-    ACCUMULATE,
-    ROUNDINGS,
-    Counts,
-    FixedPoint,
-    Float32,
-    Float64,
-    FloatFormat,
-    Format,
-    RawArray,
-    parse_format,
-)
+from .base import ACCUMULATE, Counts, Format, RawArray
+from .fixed_point import ROUNDINGS, FixedPoint
+from .floats import Float32, Float64, FloatFormat
+from .parse import parse_format
 from .prepared import Prepared
 
 __all__ = [

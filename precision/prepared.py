@@ -24,7 +24,7 @@ from ._wide import F53
 
 F24 = 1 << 24
 from ._xp import is_torch
-from .formats import Format
+from .base import Format
 
 
 class Prepared:

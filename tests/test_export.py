@@ -106,13 +106,22 @@ def test_safetensors_names_shapes_and_manifest(model, tmp_path: Path):
     assert man["construction"] == "index-lookup" and man["n"] == N and man["precision"] == model.precision
     assert man["params"]["eta"]["formula"] and man["summary"]["d_model"] == d
     assert man["task_params"]["alphabet"] == S
-    assert man["exactness"]["float64_exact"] is True
+    assert man["exactness"]["weights_exact_in_float64"] is True
+    assert "says nothing about arithmetic" in man["exactness"]["note"] and man["certified_arithmetics"] is None
     assert man["tensors"]["blocks.0.attn.W_Q"]["den"] == model.blocks[0].attn.W_Q.den
     gen = man["codes"][0]["generator"]
     assert gen["family"] == model.code.family and gen["k"] == model.code.k
-    assert man["embedding"]["embed"]["materialized"] and man["embedding"]["embed"]["mode"] == "generated"
+    assert man["embedding"]["embed"]["materialized"] and man["embedding"]["embed"]["blocks"]
+    # the exact file: nonzero numerators (int64) at flat indices, den in the manifest
     exact = load_file(str(out / EXACT_FILE))
-    assert exact["blocks.0.attn.W_Q"].dtype == np.int64
+    for name, t in model.tensors().items():
+        entry = man["tensors"][name]
+        assert entry["index"] == f"{EXACT_FILE}:{name}.index" and entry["numerators"] == f"{EXACT_FILE}:{name}.numerators"
+        idx, num = exact[f"{name}.index"], exact[f"{name}.numerators"]
+        assert idx.dtype == num.dtype == np.int64 and entry["nonzero"] == idx.size == np.count_nonzero(t.num)
+        dense = np.zeros(int(np.prod(entry["shape"])), np.int64)
+        dense[idx] = num
+        assert np.array_equal(dense.reshape(entry["shape"]), t.num) and entry["den"] == t.den
 
 
 def test_tampered_weights_refused(model, tmp_path: Path):
@@ -133,11 +142,11 @@ def test_tampered_weights_refused(model, tmp_path: Path):
 
 
 def test_edited_manifest_refused(model, tmp_path: Path):
-    out = save(model, tmp_path / "m", materialize_limit=0)
+    out = save(model, tmp_path / "m", dense=False)
     man = json.loads((out / MANIFEST_FILE).read_text())
     man["embedding"]["embed"]["blocks"][0]["scale"] = "2/1"  # would silently change the rows
     (out / MANIFEST_FILE).write_text(json.dumps(man))
-    with pytest.raises(ManifestError, match="manifest was edited"):
+    with pytest.raises(ManifestError, match=r"field embedding\.embed\.blocks\[0\]\.scale was modified"):
         load(out)
     (out / MANIFEST_FILE).write_text("{not json")
     with pytest.raises(ManifestError, match=MANIFEST_FILE):
@@ -151,7 +160,7 @@ def test_not_materialised_round_trip(model, tmp_path: Path):
     man = json.loads((out / MANIFEST_FILE).read_text())
     for prefix in ("embed", "pos_embed"):
         lay = man["embedding"][prefix]
-        assert lay["materialized"] is False and lay["mode"] == "generated"
+        assert lay["materialized"] is False and lay["blocks"]
     assert man["embedding"]["embed"]["blocks"][0]["count"] == N
     m2 = load(out)
     _same_weights(model, m2)
@@ -160,11 +169,29 @@ def test_not_materialised_round_trip(model, tmp_path: Path):
     assert np.array_equal(run(model, tokens, fmt).logits, run(m2, tokens, fmt).logits)
 
 
-def test_materialised_rows_checked(model, tmp_path: Path):
-    """A stored W_E that disagrees with the regenerated rows is refused (sha256 fixed up)."""
+def _reseal(out: Path) -> None:
+    """What a deliberate forger does after editing: recompute the manifest digests into the exact
+    file's metadata and that file's sha256 and size into the manifest."""
+    from safetensors import safe_open
     from safetensors.numpy import save_file
 
-    from exactformer.constructions.export import _sha256
+    from exactformer.constructions.export_manifest import DIGESTS_KEY, field_digests, sha256_file
+
+    man = json.loads((out / MANIFEST_FILE).read_text())
+    epath = out / EXACT_FILE
+    with safe_open(str(epath), framework="np") as f:
+        meta = f.metadata()
+    save_file(load_file(str(epath)), str(epath), metadata=meta | {DIGESTS_KEY: json.dumps(field_digests(man))})
+    man["files"][EXACT_FILE].update(sha256=sha256_file(epath), bytes=epath.stat().st_size)
+    (out / MANIFEST_FILE).write_text(json.dumps(man))
+
+
+def test_materialised_rows_checked(model, tmp_path: Path):
+    """A stored W_E that disagrees with the generated rows is refused, even when the forger fixed
+    up every sha256 and digest."""
+    from safetensors.numpy import save_file
+
+    from exactformer.constructions.export_manifest import sha256_file
 
     out = save(model, tmp_path / "m")
     sd = load_file(str(out / WEIGHTS_FILE))
@@ -172,9 +199,30 @@ def test_materialised_rows_checked(model, tmp_path: Path):
     sd["embed.W_E"][blk.first_row, blk.col] *= -1  # flip one code sign of the first index token
     save_file(sd, str(out / WEIGHTS_FILE), metadata={"format": "pt"})
     man = json.loads((out / MANIFEST_FILE).read_text())
-    man["files"][WEIGHTS_FILE]["sha256"] = _sha256(out / WEIGHTS_FILE)
+    man["files"][WEIGHTS_FILE]["sha256"] = sha256_file(out / WEIGHTS_FILE)
     (out / MANIFEST_FILE).write_text(json.dumps(man))
+    with pytest.raises(ManifestError, match=r'field files\["model.safetensors"\]\.sha256 was modified'):
+        load(out)
+    _reseal(out)
     with pytest.raises(ManifestError, match="W_E rows differ"):
+        load(out)
+
+
+def test_resealed_weight_checked_against_exact(model, tmp_path: Path):
+    """A float weight that is not the rounding of its exact value is refused after a full reseal."""
+    from safetensors.numpy import save_file
+
+    from exactformer.constructions.export_manifest import sha256_file
+
+    out = save(model, tmp_path / "m")
+    sd = load_file(str(out / WEIGHTS_FILE))
+    sd["unembed.b_U"][0] += 0.5
+    save_file(sd, str(out / WEIGHTS_FILE), metadata={"format": "pt"})
+    man = json.loads((out / MANIFEST_FILE).read_text())
+    man["files"][WEIGHTS_FILE]["sha256"] = sha256_file(out / WEIGHTS_FILE)
+    (out / MANIFEST_FILE).write_text(json.dumps(man))
+    _reseal(out)
+    with pytest.raises(ManifestError, match="unembed.b_U differs from its exact value"):
         load(out)
 
 
@@ -289,11 +337,11 @@ def test_non_dyadic_weights_recorded_exactly(model, tmp_path: Path):
     out = save(m, tmp_path / "m")
     man = json.loads((out / MANIFEST_FILE).read_text())
     entry = man["tensors"]["blocks.0.attn.W_Q"]
-    assert entry["float64_exact"] is False and entry["den"] == W_Q.den * 3
+    assert entry["exact_in_float64"] is False and entry["den"] == W_Q.den * 3
     value = Fraction(int(W_Q.num.max()), W_Q.den * 3)
     assert f"{value.numerator}/{value.denominator}" in entry["inexact_values"]
-    assert man["exactness"]["float64_exact"] is False
-    assert man["tensors"]["blocks.0.attn.W_K"]["float64_exact"] is True
+    assert man["exactness"]["weights_exact_in_float64"] is False
+    assert man["tensors"]["blocks.0.attn.W_K"]["exact_in_float64"] is True
     sd = load_file(str(out / WEIGHTS_FILE))
     assert sd["blocks.0.attn.W_Q"].max() == float(value)  # correctly rounded
     m2 = load(out)

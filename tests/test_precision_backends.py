@@ -106,7 +106,7 @@ def test_torch_object_fallback():
 
 def test_large_softmax_rows_vectorised():
     """A (batch, n) softmax is one call; threads and chunks do not change the result."""
-    from exactformer.precision import formats
+    from exactformer.precision import fixed_point
 
     f = FixedPoint.binary(5, 8)
     rng = np.random.default_rng(3)
@@ -114,14 +114,14 @@ def test_large_softmax_rows_vectorised():
     f.reset_counts()
     r1 = f.softmax(x)
     c1 = f.counts.as_dict()
-    old = formats.THREADS, formats.SOFTMAX_CHUNK
+    old = fixed_point.THREADS, fixed_point.SOFTMAX_CHUNK
     try:
-        formats.THREADS, formats.SOFTMAX_CHUNK = 1, 1 << 12
+        fixed_point.THREADS, fixed_point.SOFTMAX_CHUNK = 1, 1 << 12
         f.reset_counts()
         r2 = f.softmax(x)
         c2 = f.counts.as_dict()
     finally:
-        formats.THREADS, formats.SOFTMAX_CHUNK = old
+        fixed_point.THREADS, fixed_point.SOFTMAX_CHUNK = old
     assert np.array_equal(r1, r2) and c1 == c2
     rt = f.softmax(torch.from_numpy(x))
     assert np.array_equal(r1, rt.numpy())

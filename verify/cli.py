@@ -124,7 +124,8 @@ _register_positions()
 # ------------------------------------------------------------------------------------------------
 
 
-@app.command(help="Build a construction and write DIR/model.safetensors and DIR/manifest.json.")
+@app.command(help="Build a construction and write DIR/manifest.json, DIR/model.exact.safetensors and "
+                  "(unless --compact) DIR/model.safetensors.")
 def build(
     construction: str = typer.Argument(..., help=f"one of {registry.names()}"),
     n: int = typer.Option(..., "--n", help="input length N"),
@@ -142,6 +143,7 @@ def build(
     g: Optional[str] = typer.Option(None, "--g", help="threshold: truth table of g over k bits, e.g. 0110"),
     feature_seed: int = typer.Option(0, "--feature-seed", help="threshold: seed of the default random features"),
     out: Path = typer.Option(..., "--out", help="output directory"),
+    compact: bool = typer.Option(False, "--compact", help="no float file: embeddings generated on load (docs/exports.md)"),
     json: bool = typer.Option(False, "--json", help="print the summary as one JSON object"),
 ) -> None:
     from exactformer.constructions.export import save
@@ -149,7 +151,7 @@ def build(
     extra = boolean_options(construction, clauses, k, clause_seed, features, b, g, feature_seed)
     model = build_model(construction, n, alphabet, positions, eta, precision, max_inner, code_seed, extra)
     try:
-        path = save(model, out)
+        path = save(model, out, dense=not compact)
     except ValueError as e:
         _fail(str(e))
     summary = model.summary() | {"out": str(path)}

@@ -1,218 +1,33 @@
-"""Number formats: exact p-bit fixed point (App. B.2 grid, binary fixed point) and plain floats.
+"""Exact signed fixed point: the App. B.2 grid (:meth:`FixedPoint.paper`) and binary fixed point
+(:meth:`FixedPoint.binary`). Every operation is exact, then rounded to the grid and saturated.
 
-Raw values are plain arrays: numpy ``int64`` (or ``object`` arrays of Python ints for formats whose
-range exceeds 2^60, see :attr:`FixedPoint.int64_mode`) or torch ``int64`` tensors on any device. For
-the float formats raw values are the float values themselves. See docs/precision.md for the exact
-semantics of every operation.
+Raw values are numpy ``int64`` arrays (or ``object`` arrays of Python ints for formats whose range
+exceeds 2^60, see :attr:`FixedPoint.int64_mode`) or torch ``int64`` tensors on any device. See
+docs/precision.md for the exact semantics of every operation.
 """
 
 from __future__ import annotations
 
-import decimal
+import functools
 import math
 import os
-import numbers
-import re
 from concurrent.futures import ThreadPoolExecutor
 from fractions import Fraction
-from typing import Any
 
 import numpy as np
 
 from . import _exp, _matmul, _wide
+from ._exact import exact_value, rational_or_none, round_fraction, sympy_module
 from ._matmul import NeedObject
 from ._xp import NP, is_torch, torch_xp
-from .errors import FormatMismatchError, PrecisionError, RawTypeError
+from .base import ACCUMULATE, Format, RawArray, _Bound
+from .errors import PrecisionError, RawTypeError
 
 ROUNDINGS = ("floor", "nearest-even")
-ACCUMULATE = ("rounded-products", "exact")
 INT64_LIMIT = 1 << 60  # int64 mode: every raw value has |raw| <= 2^60
 SOFTMAX_CHUNK = 1 << 17  # elements per chunk in the numpy softmax pipeline
 EXP_TABLE_MAX = 1 << 21  # largest exact exp table (entries) kept per format
 THREADS = max(1, min(8, os.cpu_count() or 1))  # numpy softmax worker threads
-
-
-class Counts:
-    """Event counters of a format: ``saturations`` (results clipped to the range ends) and
-    ``underflows`` (results whose exact value is nonzero but that round to 0)."""
-
-    __slots__ = ("saturations", "underflows")
-
-    def __init__(self) -> None:
-        self.saturations = 0
-        self.underflows = 0
-
-    def as_dict(self) -> dict[str, int]:
-        return {"saturations": self.saturations, "underflows": self.underflows}
-
-    def reset(self) -> None:
-        self.saturations = 0
-        self.underflows = 0
-
-    def __repr__(self) -> str:
-        return f"Counts(saturations={self.saturations}, underflows={self.underflows})"
-
-
-class RawArray(np.ndarray):
-    """A numpy array of raw values tagged with its format (``raw_format``); see ``Format.raw``."""
-
-    raw_format = None
-
-    def __array_finalize__(self, obj):
-        self.raw_format = getattr(obj, "raw_format", None)
-
-
-_TORCH_TAG = "_exactformer_format"
-
-
-class _Bound(int):
-    """max |raw| of a validated argument (an int), carrying its exact minimum and maximum."""
-
-    def __new__(cls, v: int, lo: int, hi: int):
-        self = super().__new__(cls, v)
-        self.lo, self.hi = lo, hi
-        return self
-
-
-class Format:
-    """Common interface of every number format."""
-
-    name: str
-    is_exact: bool
-    bits: int
-    scale: int | None
-    step: Fraction | None
-
-    def __init__(self) -> None:
-        self.counts = Counts()
-
-    def reset_counts(self) -> None:
-        self.counts.reset()
-
-    def __repr__(self) -> str:
-        return f"<{type(self).__name__} {self.name}>"
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, Format) and other.name == self.name
-
-    def __hash__(self) -> int:
-        return hash(self.name)
-
-    def __reduce__(self):
-        return (parse_format, (self.name,))
-
-    # ---- tagging -------------------------------------------------------------------------------
-    def raw(self, x):
-        """Tag raw values with this format (validated: dtype and range). numpy input gives a
-        :class:`RawArray` view; a torch tensor gets an attribute. Operations of another format
-        reject tagged values with :class:`FormatMismatchError`; outputs of operations on tagged
-        inputs are tagged too. Untagged plain arrays remain accepted everywhere."""
-        xp, (a,), _, _, _ = self._prep("raw", (x,), ("x",))
-        return self._tag(xp, a, True)
-
-    def _check_tag(self, a, op: str, pname: str) -> bool:
-        tag = getattr(a, _TORCH_TAG, None) if is_torch(a) else getattr(a, "raw_format", None)
-        if tag is None:
-            return False
-        if tag != self:
-            raise FormatMismatchError(
-                f"{op}: argument {pname} holds raw values of format {tag.name}, not of {self.name}; "
-                f"convert with {self.name}.quantize({tag.name}.to_fraction(raw))"
-            )
-        return True
-
-    def _tag(self, xp, r, tagged: bool):
-        if not tagged:
-            return r
-        if xp.torch:
-            setattr(r, _TORCH_TAG, self)
-            return r
-        if isinstance(r, np.ndarray):
-            v = r.view(RawArray)
-            v.raw_format = self
-            return v
-        return r
-
-    def _bump(self, sat, und) -> None:
-        sat, und = int(sat), int(und)  # torch counts arrive as 0-d device tensors: synced here only
-        if sat:
-            self.counts.saturations += int(sat)
-        if und:
-            self.counts.underflows += int(und)
-
-
-# ================================================================================================
-# exact rational conversion (quantize, represents)
-# ================================================================================================
-
-
-def _sympy():
-    import sympy
-
-    return sympy
-
-
-def _exact_value(v: Any, op: str = "quantize", pname: str = "x"):
-    """v as a Fraction, or ('sympy', expr) for an irrational sympy expression."""
-    if isinstance(v, Fraction):
-        return v
-    if isinstance(v, (bool, np.bool_)):
-        return Fraction(int(v))
-    if isinstance(v, (int, np.integer)):
-        return Fraction(int(v))
-    if isinstance(v, (float, np.floating)):
-        f = float(v)
-        if not math.isfinite(f):
-            raise PrecisionError(f"{op}: {pname} contains {f!r}; only finite values are allowed")
-        return Fraction(f)  # exact binary value, never via decimal
-    if isinstance(v, decimal.Decimal):
-        if not v.is_finite():
-            raise PrecisionError(f"{op}: {pname} contains {v!r}; only finite values are allowed")
-        return Fraction(v)
-    if type(v).__module__.startswith("sympy"):
-        sp = _sympy()
-        v = sp.sympify(v)
-        if v.is_Rational:
-            return Fraction(int(v.p), int(v.q))
-        if v.is_Float:
-            if not v.is_finite:
-                raise PrecisionError(f"{op}: {pname} contains {v}; only finite values are allowed")
-            sign, man, exp, _ = v._mpf_
-            fr = Fraction(int(man)) * (Fraction(2) ** int(exp))
-            return -fr if sign else fr
-        if v.is_real is False or v.is_finite is False or v.has(sp.nan, sp.zoo, sp.oo, -sp.oo):
-            raise PrecisionError(f"{op}: {pname} contains {v}; only finite real values are allowed")
-        return ("sympy", v)
-    if isinstance(v, numbers.Rational):
-        return Fraction(int(v.numerator), int(v.denominator))
-    raise RawTypeError(
-        f"{op}: {pname} contains a value of type {type(v).__name__}; allowed: int, Fraction, float, "
-        "Decimal, sympy numbers, or arrays of these"
-    )
-
-
-
-def _rational_or_none(x) -> Fraction | None:
-    """x as an exact Fraction, or None when it is not a finite rational (for ``represents``)."""
-    try:
-        v = _exact_value(x, "represents")
-    except PrecisionError:
-        return None
-    return None if isinstance(v, tuple) else v  # a tuple marks an irrational value
-
-def _round_fraction(q: Fraction, nearest: bool) -> int:
-    n, d = q.numerator, q.denominator
-    f = n // d
-    if nearest:
-        r = n - f * d
-        if 2 * r > d or (2 * r == d and f % 2 == 1):
-            f += 1
-    return f
-
-
-# ================================================================================================
-# fixed point
-# ================================================================================================
 
 
 def _check_int(v, pname: str, lo: int, what: str) -> int:
@@ -265,6 +80,10 @@ class FixedPoint(Format):
                 name += f",rounding={rounding}"
         self.name = name
 
+    def __reduce__(self):
+        rebuild = functools.partial(FixedPoint, name=self.name, bits=self.bits, kind=self.kind, params=self.params)
+        return (rebuild, (self.scale, self.min_raw, self.max_raw, self.rounding))
+
     # ---- constructors ------------------------------------------------------------------------
     @classmethod
     def paper(cls, n: int, kc: int) -> "FixedPoint":
@@ -311,7 +130,7 @@ class FixedPoint(Format):
     # ---- conversion ----------------------------------------------------------------------------
     def represents(self, x) -> bool:
         """True iff x is exactly a grid point of this format inside its range."""
-        v = _rational_or_none(x)
+        v = rational_or_none(x)
         if v is None:
             return False
         q = v * self.scale
@@ -319,12 +138,12 @@ class FixedPoint(Format):
 
     def _round_exact(self, v) -> int:
         if isinstance(v, tuple):  # irrational sympy expression: floor is exact in sympy
-            sp = _sympy()
+            sp = sympy_module()
             e = v[1] * self.scale
             if self.nearest:
                 e = e + sp.Rational(1, 2)
             return int(sp.floor(e))
-        return _round_fraction(v * self.scale, self.nearest)
+        return round_fraction(v * self.scale, self.nearest)
 
     def quantize(self, x):
         """Raw values of x rounded to the grid (floor or nearest-even) and saturated, counted.
@@ -376,7 +195,7 @@ class FixedPoint(Format):
         flat = out.reshape(-1)
         und = 0
         for i, v in enumerate(arr.reshape(-1).tolist() if k != "O" else arr.reshape(-1)):
-            ev = _exact_value(v)
+            ev = exact_value(v)
             r = self._round_exact(ev)
             if r == 0 and (isinstance(ev, tuple) or ev != 0):
                 und += 1
@@ -900,257 +719,3 @@ class FixedPoint(Format):
             sat += s
             q = xp.minimum(q, hi)
         return q, sat, und
-
-
-# ================================================================================================
-# floats
-# ================================================================================================
-
-
-class FloatFormat(Format):
-    """Plain IEEE floating point (for comparison). Raw values are the float values themselves
-    (numpy float arrays or torch float tensors of the format's dtype). ``counts.saturations`` counts
-    results that overflow to +-inf from finite inputs; ``counts.underflows`` counts products,
-    quotients and exponentials that are 0 although their exact value is not."""
-
-    is_exact = False
-    scale = None
-    step = None
-
-    def __init__(self, bits: int):
-        super().__init__()
-        self.bits = bits
-        self.name = f"float{bits}"
-        self.np_dtype = np.float64 if bits == 64 else np.float32
-        fi = np.finfo(self.np_dtype)
-        self.max_raw = float(fi.max)
-        self.min_raw = -float(fi.max)
-        self.int64_mode = False
-
-    def __call__(self):
-        """``Float64()`` is ``Float64`` (the formats are singletons)."""
-        return self
-
-    def _tdtype(self, t):
-        return t.float64 if self.bits == 64 else t.float32
-
-    def represents(self, x) -> bool:
-        v = _rational_or_none(x)
-        if v is None:
-            return False
-        f = self.np_dtype(float(v)) if abs(v) <= Fraction(self.max_raw) else None
-        return f is not None and bool(np.isfinite(f)) and Fraction(float(f)) == v
-
-    def quantize(self, x):
-        """Float values of x (correctly rounded from exact rationals). NaN/inf are errors."""
-        if is_torch(x):
-            t = torch_xp(x.device).t
-            r = x.to(self._tdtype(t))
-            if r.is_floating_point() and not bool(t.isfinite(r).all().item()):
-                raise PrecisionError("quantize: x contains NaN or inf (or overflows); only finite values are allowed")
-            return r
-        scalar = not isinstance(x, np.ndarray) and np.ndim(x) == 0
-        try:
-            arr = np.asarray(x)
-        except (ValueError, OverflowError):
-            arr = np.asarray(x, dtype=object)
-        if arr.dtype == object:
-            vals = []
-            for v in arr.reshape(-1).tolist():
-                ev = _exact_value(v)
-                vals.append(float(ev[1].evalf(30)) if isinstance(ev, tuple) else float(ev))
-            arr = np.array(vals, dtype=np.float64).reshape(arr.shape)
-        elif arr.dtype.kind not in "biuf":
-            raise RawTypeError(f"quantize: x has dtype {arr.dtype}; allowed: numbers or arrays of numbers")
-        with np.errstate(over="ignore"):
-            r = arr.astype(self.np_dtype)
-        if not np.all(np.isfinite(r)):
-            raise PrecisionError("quantize: x contains NaN or inf (or overflows); only finite values are allowed")
-        return r[()] if scalar else r
-
-    def to_fraction(self, raw):
-        arr = raw.detach().cpu().numpy() if is_torch(raw) else np.asarray(raw)
-        if arr.ndim == 0:
-            return Fraction(float(arr[()]))
-        out = np.empty(arr.shape, dtype=object)
-        flat = out.reshape(-1)
-        for i, v in enumerate(arr.reshape(-1).tolist()):
-            flat[i] = Fraction(float(v))
-        return out
-
-    def to_float(self, raw):
-        arr = raw.detach().cpu().numpy() if is_torch(raw) else np.asarray(raw)
-        return arr.astype(np.float64)
-
-    def _prep(self, op, args, names):
-        dev = None
-        for a in args:
-            if is_torch(a):
-                dev = a.device
-        xp = NP if dev is None else torch_xp(dev)
-        out = []
-        scalar = True
-        tagged = False
-        for a, pname in zip(args, names):
-            tagged |= self._check_tag(a, op, pname)
-            if is_torch(a):
-                scalar = False
-                if a.is_complex():
-                    raise RawTypeError(f"{op}: argument {pname} is complex")
-                out.append(a.to(self._tdtype(xp.t)))
-            else:
-                if isinstance(a, np.ndarray) or np.ndim(a) != 0:
-                    scalar = False
-                if isinstance(a, RawArray):
-                    a = a.view(np.ndarray)
-                arr = np.asarray(a)
-                if arr.dtype.kind not in "biuf":
-                    raise RawTypeError(f"{op}: argument {pname} has dtype {arr.dtype}; {self.name} raw values "
-                                       "are floats")
-                arr = arr.astype(self.np_dtype, copy=False)
-                out.append(xp.from_numpy(arr) if xp.torch else arr)
-        return xp, out, [0] * len(out), scalar, tagged
-
-    def _run(self, op, fn, args, names, under=None):
-        xp, arrs, _, scalar, tagged = self._prep(op, args, names)
-        with np.errstate(over="ignore", under="ignore", invalid="ignore", divide="ignore"):
-            r = fn(xp, *arrs)
-        if xp.torch:
-            t = xp.t
-            fin_in = all(bool(t.isfinite(a).all().item()) for a in arrs)
-            sat = int(t.isinf(r).sum().item()) if fin_in else 0
-        else:
-            fin_in = all(bool(np.all(np.isfinite(a))) for a in arrs)
-            sat = int(np.count_nonzero(np.isinf(r))) if fin_in else 0
-        und = int(under(xp, r, *arrs)) if under is not None else 0
-        self._bump(sat, und)
-        if not xp.torch and scalar:
-            r = np.asarray(r)[()]
-        return self._tag(xp, r, tagged)
-
-    def add(self, a, b):
-        return self._run("add", lambda xp, x, y: x + y, (a, b), ("a", "b"))
-
-    def sub(self, a, b):
-        return self._run("sub", lambda xp, x, y: x - y, (a, b), ("a", "b"))
-
-    def neg(self, a):
-        return self._run("neg", lambda xp, x: -x, (a,), ("a",))
-
-    def mul(self, a, b):
-        def und(xp, r, x, y):
-            m = (r == 0) & (x != 0) & (y != 0)
-            return xp.count(m)
-        return self._run("mul", lambda xp, x, y: x * y, (a, b), ("a", "b"), under=und)
-
-    def div(self, a, b):
-        def fn(xp, x, y):
-            if xp.any(y == 0):
-                raise PrecisionError("div: divisor b contains 0; division by zero is undefined")
-            return x / y
-
-        def und(xp, r, x, y):
-            return xp.count((r == 0) & (x != 0))
-        return self._run("div", fn, (a, b), ("a", "b"), under=und)
-
-    def relu(self, a):
-        return self._run("relu", lambda xp, x: xp.maximum(x, 0.0) if not xp.torch else xp.t.clamp(x, min=0.0),
-                         (a,), ("a",))
-
-    def exp(self, a):
-        def und(xp, r, x):
-            return xp.count(r == 0)
-        return self._run("exp", lambda xp, x: xp.exp(x), (a,), ("a",), under=und)
-
-    def sum(self, a, axis=-1):
-        return self._run("sum", lambda xp, x: xp.sum(x, axis=axis) if axis is not None else xp.sum(x),
-                         (a,), ("a",))
-
-    def matmul(self, a, b, accumulate: str = "rounded-products"):
-        if accumulate not in ACCUMULATE:
-            raise PrecisionError(f"matmul: accumulate must be one of {ACCUMULATE}, got {accumulate!r}")
-        return self._run("matmul", lambda xp, x, y: xp.matmul(x, y), (a, b), ("a", "b"))
-
-    def dot(self, a, b, accumulate: str = "rounded-products"):
-        return self.matmul(a, b, accumulate=accumulate)
-
-    def softmax(self, a, axis: int = -1):
-        def fn(xp, x):
-            m = xp.amax(x, axis, keepdims=True)
-            e = xp.exp(x - m)
-            return e / xp.sum(e, axis=axis, keepdims=True)
-
-        def und(xp, r, x):
-            return xp.count(r == 0)
-        return self._run("softmax", fn, (a,), ("a",), under=und)
-
-
-Float64 = FloatFormat(64)
-Float32 = FloatFormat(32)
-
-
-# ================================================================================================
-# parsing
-# ================================================================================================
-
-_KV = re.compile(r"^\s*([a-z_]+)\s*=\s*([^,\s]+)\s*$")
-
-
-def _parse_kv(body: str, spec: str) -> dict[str, str]:
-    out: dict[str, str] = {}
-    for part in body.split(","):
-        m = _KV.match(part)
-        if not m:
-            raise PrecisionError(f"format {spec!r}: cannot parse {part!r} (expected key=value)")
-        out[m.group(1)] = m.group(2)
-    return out
-
-
-def _int_param(kv, key, spec):
-    if key not in kv:
-        raise PrecisionError(f"format {spec!r}: missing parameter {key}")
-    try:
-        return int(kv.pop(key))
-    except ValueError:
-        raise PrecisionError(f"format {spec!r}: parameter {key} must be an integer") from None
-
-
-_FORMS = ('"binary:int=I,frac=F[,rounding=floor|nearest-even]", "paper:n=N,kc=K", '
-          '"fixed:scale=S,min=LO,max=HI[,rounding=...]", "float64", "float32"')
-
-
-def parse_format(spec) -> Format:
-    """Format from its name (``fmt.name`` round-trips). A Format is returned unchanged."""
-    if isinstance(spec, Format):
-        return spec
-    if not isinstance(spec, str):
-        raise PrecisionError(f"format spec must be a string, one of {_FORMS}; got {type(spec).__name__}")
-    s = spec.strip().lower()
-    if s in ("float64", "fp64", "double"):
-        return Float64
-    if s in ("float32", "fp32", "single"):
-        return Float32
-    kind, sep, body = s.partition(":")
-    if not sep:
-        raise PrecisionError(f"unknown format {spec!r}; allowed: {_FORMS}")
-    kv = _parse_kv(body, spec)
-    if kind == "binary":
-        i = _int_param(kv, "int", spec)
-        f = _int_param(kv, "frac", spec)
-        rounding = kv.pop("rounding", "floor")
-        fmt = FixedPoint.binary(int_bits=i, frac_bits=f, rounding=rounding)
-    elif kind == "paper":
-        n = _int_param(kv, "n", spec)
-        kc = _int_param(kv, "kc", spec)
-        fmt = FixedPoint.paper(n=n, kc=kc)
-    elif kind == "fixed":
-        S = _int_param(kv, "scale", spec)
-        lo = _int_param(kv, "min", spec)
-        hi = _int_param(kv, "max", spec)
-        rounding = kv.pop("rounding", "floor")
-        fmt = FixedPoint(S, lo, hi, rounding)
-    else:
-        raise PrecisionError(f"unknown format kind {kind!r} in {spec!r}; allowed: {_FORMS}")
-    if kv:
-        raise PrecisionError(f"format {spec!r}: unknown parameter(s) {sorted(kv)}; allowed: {_FORMS}")
-    return fmt
