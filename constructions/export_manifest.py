@@ -162,13 +162,16 @@ MODEL_FIELDS: dict[str, tuple[Callable[[Any], Any], Callable[[Any], Any]]] = {
     "task_params": (jsonable, dict),
     "vocab": (lambda v: [str(t) for t in v], list),
     "answers": (_answers_json, lambda d: list(d["values"])),
+    "answer_positions": (lambda a: None if a is None else [int(t) for t in a],
+                         lambda a: None if a is None else tuple(int(t) for t in a)),
 }
 #: CompiledModel fields recorded as weights (manifest ``tensors``, ``embedding``, ``codes``, ``layers``)
 WEIGHT_FIELDS = ("embed", "pos_embed", "blocks", "W_U", "b_U")
 
 #: how the model's answer is read (the same for every construction; CompiledModel.decode)
-READOUT = ("the logits at the last position, [d_vocab_out]; the answer is answers.values[i] for the "
-           "largest logit i (ties: the lowest i); output_vocab[i] is its str()")
+READOUT = ("the logits at each answer position (answer_positions, 0-based; null: the last position), "
+           "[d_vocab_out] each; the answer is answers.values[i] for the largest logit i (a tie is no "
+           "answer); output_vocab[i] is its str()")
 
 
 def encoding_of(construction: str) -> dict[str, Any] | None:
