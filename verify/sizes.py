@@ -349,9 +349,10 @@ def _cell(v: int | None) -> str:
 
 
 def markdown(head: list[str], cells: list[list[str]]) -> str:
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    lines += ["| " + " | ".join(c) + " |" for c in cells]
-    return "\n".join(lines)
+    def row(values: list[str]) -> str:
+        return "| " + " | ".join(v.replace("|", "\\|") for v in values) + " |"
+
+    return "\n".join([row(head), "|" + "---|" * len(head)] + [row(c) for c in cells])
 
 
 def separation_lines(doc: dict[str, Any], spec_name: str) -> list[str]:
@@ -722,12 +723,15 @@ def _bounds_block() -> str:
 
 
 def _bound_values_block(ns: list[int]) -> str:
+    """Every explicit lower bound at the reference precision and at p = 64; bounds with the same
+    values everywhere share a column."""
     keys = [k for k, b in lb.BOUNDS.items() if b.explicit and b.kind == "lower"]
-    head = ["N", "p"] + [f"{k}" for k in keys]
-    cells = []
-    for n in ns:
-        for p in (reference_p(n), 64):
-            cells.append([fmt_n(n), str(p)] + [_cell(lb.evaluate(lb.BOUNDS[k], n, p)[0]) for k in keys])
+    points = [(n, p) for n in ns for p in (reference_p(n), 64)]
+    columns: dict[tuple, list[str]] = {}
+    for k in keys:
+        columns.setdefault(tuple(_cell(lb.evaluate(lb.BOUNDS[k], n, p)[0]) for n, p in points), []).append(k)
+    head = ["N", "p"] + [" = ".join(f"`{k}`" for k in ks) for ks in columns.values()]
+    cells = [[fmt_n(n), str(p)] + [vals[i] for vals in columns] for i, (n, p) in enumerate(points)]
     return markdown(head, cells)
 
 
