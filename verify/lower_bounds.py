@@ -379,6 +379,7 @@ class Family:
     title: str
     bounds: tuple[str, ...]
     note: str = ""
+    scope: str = ""  # said on the figure when the bounds are not about every task of the family
 
 
 FAMILIES: dict[str, Family] = {f.key: f for f in (
@@ -393,7 +394,8 @@ FAMILIES: dict[str, Family] = {f.key: f for f in (
            ("rnn-disjointness", "one-layer-disjointness", "one-layer-disjointness-itemised"),
            "The class THRES_{2,N} contains DISJ (a 2-CNF with N/2 clauses) and INEQ (a 2-DNF with N/2 terms, "
            "L395-397): these bounds hold for some member of the class, not for every formula; a particular random "
-           "3-DNF may need much less."),
+           "3-DNF may need much less.",
+           "bounds for the class: they hold for DISJ, not for a particular random formula"),
     Family("nearest-neighbor", "Nearest neighbour / MQAR", ("rnn-nearest-neighbor",),
            "Thm 8 is proved on MQAR; P1 has no one-layer bound for associative recall (L263)."),
     Family("dyck", "Dyck-(2,2)", ("one-layer-dyck", "one-layer-dyck-itemised", "rnn-dyck-dfa"),

@@ -450,7 +450,8 @@ def plot_families(families: list[tuple[str, list[Series]]], path: Path) -> None:
     fig = _matplotlib_figure(figsize=(12, 5 * len(families)), layout="constrained")
     axes = np.atleast_2d(fig.subplots(len(families), 2, squeeze=False))
     for row, (family, series) in zip(axes, families):
-        title = lb.FAMILIES[family].title
+        fam = lb.FAMILIES[family]
+        scope = f"\n({fam.scope})" if fam.scope else ""
         for ax, qty, ylabel in ((row[0], "units", "width x heads / hidden units"), (row[1], "bits", "bits")):
             for s in series:
                 if s.quantity != qty:
@@ -461,7 +462,7 @@ def plot_families(families: list[tuple[str, list[Series]]], path: Path) -> None:
             ax.set_yscale("log", base=10)
             ax.set_xlabel("N")
             ax.set_ylabel(ylabel)
-            ax.set_title(f"{title}: {ylabel}", fontsize=10)
+            ax.set_title(f"{fam.title}: {ylabel}{scope}", fontsize=9)
             ax.grid(True, which="major", alpha=0.3)
             ax.legend(fontsize=7, loc="best", framealpha=0.85)
     fig.suptitle("lower bounds at P1 App. B.2 precision with Kc = 1 (p = 2 log2 N + 2 bits); "
