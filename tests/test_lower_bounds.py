@@ -109,7 +109,6 @@ def test_monotone_in_n_and_p():
     lambda: lb.rnn_index_lookup(16.0, 8),
     lambda: lb.paper_precision_bits(16, 0),
     lambda: lb.rnn_units(-1, 8),
-    lambda: lb.family_bounds("no-such-family"),
 ])
 def test_bad_arguments(call):
     with pytest.raises(lb.BoundError):

@@ -55,12 +55,13 @@ def _check(n: int, p: int | None = None, even: bool = False) -> None:
         raise BoundError(f"n must be an integer >= 2, got {n!r}")
     if even and n % 2:
         raise BoundError(f"n must be even (the task splits N into two halves of N/2), got {n}")
-    if p is not None and (isinstance(p, bool) or not isinstance(p, int) or p < 1):
+    if p is not None:
+        _check_p(p)
+
+
+def _check_p(p: int) -> None:
+    if isinstance(p, bool) or not isinstance(p, int) or p < 1:
         raise BoundError(f"p must be an integer >= 1 (bits per number), got {p!r}")
-
-
-def _ceil(q: Fraction) -> int:
-    return math.ceil(q)
 
 
 def paper_precision_bits(n: int, kc: int = 1) -> int:
@@ -108,8 +109,8 @@ def rnn_units(cc_bits: int, p: int) -> int:
     so mp >= cc_bits and m >= ceil(cc_bits / p) hidden units of p bits."""
     if cc_bits < 0:
         raise BoundError(f"cc_bits must be >= 0, got {cc_bits}")
-    _check(2, p)
-    return _ceil(Fraction(cc_bits, p))
+    _check_p(p)
+    return math.ceil(Fraction(cc_bits, p))
 
 
 def rnn_index_lookup(n: int, p: int) -> int:
@@ -195,14 +196,14 @@ def thm4_protocol_bits_itemised(m: int, d: int, p: int, heads: int, n: int) -> i
 def one_layer_width_heads(cc_bits: int, n: int, p: int) -> int:
     """Thm 4 as stated: 3m(p + log N)H >= C gives mH >= ceil(C / (3(p + log N)))."""
     _check(n, p)
-    return _ceil(Fraction(cc_bits, 3 * (p + log2_ceil(n))))
+    return math.ceil(Fraction(cc_bits, 3 * (p + log2_ceil(n))))
 
 
 def one_layer_width_heads_itemised(cc_bits: int, n: int, p: int) -> int:
     """Thm 4 from its itemised count, with m the width (m >= d, H >= 1, m >= 1):
     dp + H(4mp + 4p + 2 log N) <= mH(9p + 2 log N), so mH >= ceil(C / (9p + 2 log N))."""
     _check(n, p)
-    return _ceil(Fraction(cc_bits, 9 * p + 2 * log2_ceil(n)))
+    return math.ceil(Fraction(cc_bits, 9 * p + 2 * log2_ceil(n)))
 
 
 def one_layer_dyck22(n: int, p: int, itemised: bool = False) -> int:
@@ -448,13 +449,6 @@ for _name in ("inequality",):
     CLAIMS[_name] = CLAIMS["equality"]
 for _name in ("disjointness", "dnf", "cnf"):
     CLAIMS[_name] = CLAIMS["threshold"]
-
-
-def family_bounds(family: str) -> list[Bound]:
-    """The bounds registered for ``family`` (KeyError names the known families)."""
-    if family not in FAMILIES:
-        raise BoundError(f"family must be one of {sorted(FAMILIES)}, got {family!r}")
-    return [BOUNDS[k] for k in FAMILIES[family].bounds]
 
 
 def evaluate(bound: Bound, n: int, p: int) -> tuple[int | None, int | None]:
