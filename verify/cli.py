@@ -119,6 +119,15 @@ def _register_positions() -> None:
 _register_positions()
 
 
+def _register_sizes() -> None:
+    from exactformer.verify.cli_sizes import sizes
+
+    app.command("sizes", help="Built sizes against the papers' lower bounds (tables, JSON, CSV, plots).")(sizes)
+
+
+_register_sizes()
+
+
 # ------------------------------------------------------------------------------------------------
 # exactformer build
 # ------------------------------------------------------------------------------------------------

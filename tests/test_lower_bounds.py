@@ -1,0 +1,145 @@
+"""Lower bounds of P1/P2 (verify/lower_bounds.py) against values computed by hand from the papers'
+statements, at two N each (and the spec's Part C sample table, re-derived by hand)."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+from exactformer.verify import lower_bounds as lb
+
+# (function, args, expected, how it was computed by hand)
+HAND = [
+    (lb.log2_ceil, (1,), 0, "log2 1 = 0"),
+    (lb.log2_ceil, (1024,), 10, "2^10"),
+    (lb.log2_ceil, (1025,), 11, "just above 2^10"),
+    (lb.paper_precision_bits, (16,), 10, "2*16^2 + 1 = 513 values -> 10 bits = 2*4 + 2"),
+    (lb.paper_precision_bits, (1 << 20,), 42, "2*2^40 + 1 values -> 42 bits"),
+    (lb.paper_precision_bits, (16, 2), 18, "2*16^4 + 1 = 131073 values -> 18 bits"),
+    (lb.paper_precision_bits, (3,), 5, "2*9 + 1 = 19 values -> 5 bits"),
+    # Thm 3: m >= N/p
+    (lb.rnn_index_lookup, (1 << 10, 10), 103, "1024/10 = 102.4"),
+    (lb.rnn_index_lookup, (1 << 20, 42), 24967, "1048576/42 = 24966.10 (spec Part C: 24,967)"),
+    (lb.rnn_index_lookup, (8192, 64), 128, "Sec. 6 (L91): m = 128, p = 64 suffices up to N = 8192"),
+    (lb.rnn_index_lookup, (8193, 64), 129, "... and bites beyond"),
+    # Prop. 9: m >= N/p, N pairs
+    (lb.rnn_associative_recall, (1 << 12, 26), 158, "4096/26 = 157.54 (spec: 158)"),
+    (lb.rnn_associative_recall, (1 << 16, 64), 1024, "65536/64"),
+    # Thm 11: mp >= N/2
+    (lb.rnn_inequality, (1 << 12, 26), 79, "2048/26 = 78.77 (spec: 79)"),
+    (lb.rnn_inequality, (1 << 20, 64), 8192, "524288/64"),
+    # Sec. 4.2, RNN: mp >= N/2
+    (lb.rnn_disjointness, (1 << 16, 34), 964, "32768/34 = 963.76 (spec: 964)"),
+    (lb.rnn_disjointness, (1 << 24, 64), 131072, "2^23/64"),
+    # Thm 8: m >= N/2p
+    (lb.rnn_nearest_neighbor, (1 << 30, 62), 8659209, "2^29/62 = 8659208.26 (spec: 8,659,209)"),
+    (lb.rnn_nearest_neighbor, (1 << 8, 18), 8, "128/18 = 7.11"),
+    # induction heads (derived from Prop. 9): floor((N-1)/2)/p
+    (lb.rnn_induction_heads, (1025, 10), 52, "512 pairs / 10 = 51.2"),
+    (lb.rnn_induction_heads, (1 << 20, 42), 12484, "524287/42 = 12483.02"),
+    # Thm 4 as stated and itemised
+    (lb.thm4_protocol_bits, (1, 42, 1, 1 << 20), 186, "3*1*(42 + 20)*1"),
+    (lb.thm4_protocol_bits, (8, 10, 2, 1 << 10), 960, "3*8*(10 + 10)*2"),
+    (lb.thm4_protocol_bits_itemised, (1, 1, 42, 1, 1 << 20), 418, "42 + (168 + 168 + 40)"),
+    (lb.thm4_protocol_bits_itemised, (8, 16, 10, 2, 1 << 10), 920, "160 + 2*(320 + 40 + 20)"),
+    # Thm 5 / 10: mH >= (N-1)/(3(p + log N))
+    (lb.one_layer_dyck22, (1 << 20, 42), 5638, "1048575/186 = 5637.5 (spec: 5,638)"),
+    (lb.one_layer_dyck22, (1 << 20, 64), 4162, "1048575/252 = 4161.01 (spec: 4,162)"),
+    (lb.one_layer_dyck22, (1 << 12, 26), 36, "4095/114 = 35.92 (spec: 36)"),
+    (lambda n, p: lb.one_layer_dyck22(n, p, itemised=True), (1 << 20, 42), 2509, "1048575/(378 + 40) = 2508.55"),
+    (lambda n, p: lb.one_layer_dyck22(n, p, itemised=True), (1 << 12, 26), 16, "4095/(234 + 24) = 15.87"),
+    # Thm 12 explicit: mH >= N/(6(p + log N))
+    (lb.one_layer_equality, (1 << 20, 42), 2819, "524288/186 = 2818.75 (spec: 2,819)"),
+    (lb.one_layer_equality, (1 << 16, 64), 137, "32768/240 = 136.53 (spec: 137)"),
+    (lambda n, p: lb.one_layer_equality(n, p, itemised=True), (1 << 20, 42), 1255, "524288/418 = 1254.28"),
+    (lambda n, p: lb.one_layer_equality(n, p, itemised=True), (1 << 16, 64), 54, "32768/608 = 53.89"),
+    # Sec. 4.2 DISJ, one layer
+    (lb.one_layer_disjointness, (1 << 24, 50), 37787, "2^23/222 = 37786.52 (spec: 37,787)"),
+    (lb.one_layer_disjointness, (1 << 8, 18), 2, "128/78 = 1.64 (spec: 2)"),
+    (lambda n, p: lb.one_layer_disjointness(n, p, itemised=True), (1 << 8, 18), 1, "128/(162 + 16) = 0.72"),
+    (lambda n, p: lb.one_layer_disjointness(n, p, itemised=True), (1 << 24, 50), 16845, "2^23/(450 + 48) = 16844.59"),
+    # conversions and alternatives
+    (lb.one_layer_size_bits, (2819, 42), 473592, "4 * 2819 * 42"),
+    (lb.rnn_units, (0, 7), 0, "no bits, no units"),
+    (lb.tracr_index_lookup_width, (128,), 393, "issue 14: measured 393 at N = 128"),
+    (lb.tracr_index_lookup_width, (1 << 20,), 3145737, "3 * 2^20 + 9"),
+    (lb.dyck22_rnn_state_bits, (), 3, "ceil(log2 7)"),
+]
+
+
+@pytest.mark.parametrize("fn,args,expected,how", HAND, ids=[h[3] for h in HAND])
+def test_hand_computed(fn, args, expected, how):
+    assert fn(*args) == expected, how
+
+
+def test_thm4_itemised_count_exceeds_the_stated_one():
+    """Spec D.1.10, re-derived: with d = m and H = 1 the itemised count exceeds 3m(p + log N)H
+    whenever p > 1.5 log2 N; for every H once p > 3 log2 N."""
+    for e, m, h in itertools.product((4, 10, 20, 30), (1, 2, 16, 256), (1, 2, 8)):
+        n, L = 1 << e, e
+        for p in (3 * L // 2 + 1, 3 * L + 1, 64):
+            stated = lb.thm4_protocol_bits(m, p, h, n)
+            itemised = lb.thm4_protocol_bits_itemised(m, m, p, h, n)
+            if h == 1 or p > 3 * L:
+                assert itemised > stated, (e, m, h, p)
+
+
+def test_itemised_bounds_are_weaker_and_stated_ones_tighter():
+    for e in range(4, 31, 2):
+        n = 1 << e
+        for p in (lb.paper_precision_bits(n), 64):
+            assert lb.one_layer_equality(n, p, itemised=True) <= lb.one_layer_equality(n, p)
+            assert lb.one_layer_dyck22(n, p, itemised=True) <= lb.one_layer_dyck22(n, p)
+
+
+def test_monotone_in_n_and_p():
+    for fn in (lb.rnn_index_lookup, lb.rnn_inequality, lb.one_layer_equality, lb.one_layer_dyck22):
+        vals = [fn(1 << e, 32) for e in range(4, 31)]
+        assert vals == sorted(vals) and vals[-1] > vals[0]
+        by_p = [fn(1 << 20, p) for p in (8, 16, 32, 64)]
+        assert by_p == sorted(by_p, reverse=True)
+
+
+@pytest.mark.parametrize("call", [
+    lambda: lb.rnn_inequality(15, 8),  # halves of an odd N
+    lambda: lb.one_layer_dyck22(9, 8),
+    lambda: lb.rnn_index_lookup(1, 8),  # N < 2
+    lambda: lb.rnn_index_lookup(16, 0),  # p < 1
+    lambda: lb.rnn_index_lookup(16.0, 8),
+    lambda: lb.paper_precision_bits(16, 0),
+    lambda: lb.rnn_units(-1, 8),
+])
+def test_bad_arguments(call):
+    with pytest.raises(lb.BoundError):
+        call()
+
+
+def test_registry_is_consistent():
+    for fam in lb.FAMILIES.values():
+        for k in fam.bounds:
+            assert k in lb.BOUNDS, (fam.key, k)
+    for b in lb.BOUNDS.values():
+        assert b.kind in ("lower", "upper", "alternative")
+        assert ("L" in b.source and any(c.isdigit() for c in b.source)) or "issue" in b.source, b.key
+        assert b.formula and b.precision and b.statement
+        if b.explicit:
+            units, bits = lb.evaluate(b, 1 << 10, 22)
+            assert isinstance(units, int) and units >= 1
+            assert bits is None or bits >= units
+        else:
+            assert lb.evaluate(b, 1 << 10, 22) == (None, None)
+    assert lb.evaluate(lb.BOUNDS["rnn-equality"], 15, 8) == (None, None)  # outside the domain: no value
+
+
+def test_bits_follow_units():
+    n, p = 1 << 16, 34
+    assert lb.evaluate(lb.BOUNDS["rnn-index-lookup"], n, p) == (1928, 1928 * 34)  # spec: 1,928
+    assert lb.evaluate(lb.BOUNDS["one-layer-equality"], n, p) == (219, 4 * 219 * 34)  # spec: 219
+
+
+def test_claims_cover_the_built_constructions():
+    from exactformer.constructions import registry
+
+    for name in registry.names():
+        assert name in lb.CLAIMS, name

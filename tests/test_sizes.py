@@ -1,0 +1,319 @@
+"""Size rows, providers, the report, the figures and their committed data (verify/sizes.py), and
+the ``sizes`` command (verify/cli_sizes.py)."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from exactformer.constructions import registry
+from exactformer.precision import parse_format
+from exactformer.verify import lower_bounds as lb
+from exactformer.verify import sizes as sz
+from exactformer.verify.executor import run
+
+ROOT = Path(__file__).resolve().parents[1]
+FIGURES = ROOT / "docs" / "figures"
+CHEAP_MAX_N = 1 << 8  # built rows cheap enough to rebuild in a test
+CHEAP = [1 << e for e in range(4, 9)]
+
+
+def cheap_provider(spec: sz.SizeSpec, n: int) -> sz.SizeRow:
+    if n > CHEAP_MAX_N:
+        raise sz.SizeUnavailable("not rebuilt in the tests")
+    return sz.built_size_row(spec, n)
+
+
+# ------------------------------------------------------------------------------------------------
+# N ranges
+# ------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("text,value", [("2^4", 16), ("16", 16), (" 2^30 ", 1 << 30), ("2", 2), (1000, 1000)])
+def test_parse_n(text, value):
+    assert sz.parse_n(text, "--n-min") == value
+
+
+@pytest.mark.parametrize("text", ["2^31", "1", "0", "abc", "2**4", "-4", "2^", "1e3", ""])
+def test_parse_n_rejects(text):
+    with pytest.raises(sz.SizesError, match=r"^--n-max: an integer or 2\^k in \[2, 2\^30\]"):
+        sz.parse_n(text, "--n-max")
+
+
+def test_n_values():
+    assert sz.n_values(16, 256, 2) == [16, 64, 256]
+    assert sz.n_values(1000, 5000) == [1000, 2000, 4000]
+    assert sz.n_values(16, 16) == [16]
+    for bad in ((64, 16, 1), (16, 64, 0), (16, 64, 31)):
+        with pytest.raises(sz.SizesError):
+            sz.n_values(*bad)
+
+
+# ------------------------------------------------------------------------------------------------
+# providers
+# ------------------------------------------------------------------------------------------------
+
+
+def test_built_row_is_the_models_size():
+    spec = sz.SIZE_SPECS["index-lookup"]
+    model = registry.builder("index-lookup")(1 << 8, alphabet=64)
+    row = sz.built_size_row(spec, 1 << 8)
+    bits = model.params["precision_bits"].value
+    assert (row.layers, row.heads, row.d_model, row.d_head, row.width) == (
+        model.n_layers, model.n_heads, model.d_model, model.d_head, model.width)
+    assert row.parameters == model.parameter_count() and row.size_bits == model.size_bits(bits)
+    assert row.precision == model.precision and row.precision_bits == bits and row.source == "build"
+    assert sz.built_size_row(spec, 1 << 8) == row  # same input, same row
+
+
+def test_built_row_unavailable():
+    with pytest.raises(sz.SizeUnavailable, match="N > 2"):
+        sz.built_size_row(sz.SIZE_SPECS["index-lookup-onehot"], 1 << 11)
+    with pytest.raises(sz.SizeUnavailable, match="even"):  # the builder's own range check
+        sz.built_size_row(sz.SIZE_SPECS["equality"], 17)
+
+
+def test_compare_providers_finds_a_wrong_size():
+    specs = [sz.SIZE_SPECS["equality"], sz.SIZE_SPECS["index-lookup"]]
+    ns = [16, 64]
+    assert sz.compare_providers(sz.built_size_row, sz.built_size_row, specs, ns) == []
+
+    def off_by_one(spec, n):
+        r = sz.built_size_row(spec, n)
+        return sz.SizeRow(**(r.to_json() | {"size_bits": r.size_bits + (n == 64), "source": "formula"}))
+
+    bad = sz.compare_providers(off_by_one, sz.built_size_row, specs, ns)
+    assert len(bad) == 2 and all("N=64" in b and "size_bits" in b for b in bad)
+
+    def missing(spec, n):
+        raise sz.SizeUnavailable("no formula")
+
+    assert len(sz.compare_providers(missing, sz.built_size_row, specs, ns)) == 4
+
+
+def test_size_provider_matches_builds():
+    """The provider in use (the formula path once plugged in) equals real builds, N <= 2^8 here
+    (`exactformer sizes` documents the full check up to 2^20)."""
+    if sz.SIZE_PROVIDER is sz.built_size_row:
+        pytest.skip("SIZE_PROVIDER is the build provider: nothing else to compare yet")
+    assert sz.compare_providers(sz.SIZE_PROVIDER, sz.built_size_row, sz.SIZE_SPECS.values(), CHEAP) == []
+
+
+# ------------------------------------------------------------------------------------------------
+# the report
+# ------------------------------------------------------------------------------------------------
+
+
+def test_report_rows_use_the_built_precision():
+    doc = sz.report([sz.SIZE_SPECS["equality"]], [1 << 8, 1 << 21], cheap_provider)
+    built, not_built = doc["rows"]
+    p = built["built"]["precision_bits"]
+    assert built["p"] == p and built["p_source"] == "built"
+    assert built["bounds"]["rnn-equality"] == {"units": lb.rnn_inequality(1 << 8, p),
+                                               "bits": lb.rnn_inequality(1 << 8, p) * p}
+    assert built["bounds"]["one-layer-equality"]["units"] == lb.one_layer_equality(1 << 8, p)
+    assert not_built["built"] is None and "not rebuilt" in not_built["not_built"]
+    assert not_built["p"] == 44 and not_built["p_source"] == "reference"  # 2 * 21 + 2
+    assert not_built["bounds"]["rnn-equality"]["units"] == lb.rnn_inequality(1 << 21, 44)
+    assert doc["schema"] == sz.SCHEMA and doc["specs"]["equality"]["claim"]["source"].startswith("P1 Thm 6")
+    assert set(doc["bounds"]) == set(lb.FAMILIES["equality"].bounds)
+
+
+def test_report_csv_matches_report():
+    doc = sz.report([sz.SIZE_SPECS["index-lookup"], sz.SIZE_SPECS["disjointness"]], [16, 64], cheap_provider)
+    rows = list(csv.DictReader(io.StringIO(sz.report_csv(doc))))
+    assert len(rows) == 4
+    r = rows[1]
+    assert r["spec"] == "index-lookup" and int(r["n"]) == 64
+    assert int(r["size_bits"]) == doc["rows"][1]["built"]["size_bits"]
+    assert int(r["rnn-index-lookup"]) == doc["rows"][1]["bounds"]["rnn-index-lookup"]["units"]
+    assert r["one-layer-disjointness"] == ""  # not a bound of Index Lookup
+
+
+# ------------------------------------------------------------------------------------------------
+# attention patterns
+# ------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name,n,kw", [("index-lookup", 16, {"alphabet": 8}), ("equality", 8, {}),
+                                       ("disjointness", 8, {})])
+def test_exact_attention_reproduces_the_executor(name, n, kw):
+    model = registry.builder(name)(n, **kw)
+    fmt = parse_format(model.precision)
+    rng = np.random.default_rng(3)
+    if name == "index-lookup":
+        examples = [(rng.integers(0, 8, n).tolist(), int(rng.integers(1, n + 1))) for _ in range(7)]
+    else:
+        examples = (rng.integers(0, 2, (7, n)) * (2 if name == "equality" else 1) - (name == "equality")).tolist()
+    tokens = model.encode_batch(examples)
+    weights, logits = sz.exact_attention(model, tokens, fmt)
+    assert np.array_equal(logits, run(model, tokens, fmt).logits)
+    for b in (1, 2):  # the same rows with fewer inputs
+        w_b, l_b = sz.exact_attention(model, tokens[:b], fmt)
+        assert np.array_equal(l_b, logits[:b]) and all(np.array_equal(x, y[:b]) for x, y in zip(w_b, weights))
+    flt = sz.float_attention(model, tokens)
+    assert [w.shape for w in flt] == [w.shape for w in weights]
+    assert np.allclose(np.sum(flt[0], axis=-1), 1.0)
+    sums = fmt.to_fraction(np.sum(weights[0], axis=-1))
+    assert all(s <= 1 for s in np.asarray(sums).ravel())  # floor-rounded weights never exceed 1 in total
+
+
+# ------------------------------------------------------------------------------------------------
+# figures, committed data and the generated tables of docs/sizes.md
+# ------------------------------------------------------------------------------------------------
+
+
+def test_generator_runs(tmp_path):
+    specs = [sz.SIZE_SPECS["index-lookup"], sz.SIZE_SPECS["equality"]]
+    doc_md = tmp_path / "sizes.md"
+    doc_md.write_text("".join(f"<!-- BEGIN GENERATED {b} -->\nSTALE\n<!-- END GENERATED {b} -->\n"
+                              for b in sz.doc_blocks(sz.report(specs, [16], cheap_provider), "x")))
+    paths = sz.generate_figures(tmp_path / "fig", [16, 32, 64], cheap_provider, specs, doc_md)
+    names = {p.name for p in paths}
+    assert {"sizes.json", "sizes-index-lookup.png", "sizes-equality.csv", "sizes-dyck.png",
+            "attention-equality-n8.png", "attention-index-lookup-n16.csv", "sizes.md"} <= names
+    for p in paths:
+        assert p.stat().st_size > 0
+        if p.suffix == ".png":
+            assert p.stat().st_size <= 150_000 and p.read_bytes()[:4] == b"\x89PNG"
+    text = doc_md.read_text()
+    assert "STALE" not in text and "![Equality / Inequality](fig/sizes-equality.png)" in text
+    assert "| 2^4 | 1 | 1 |" in text  # the Index Lookup row at N = 16
+
+
+def test_update_doc_rejects_unknown_and_missing_blocks():
+    doc = sz.report([sz.SIZE_SPECS["equality"]], [16], cheap_provider)
+    blocks = sz.doc_blocks(doc, "f")
+    full = "".join(f"<!-- BEGIN GENERATED {b} -->\n<!-- END GENERATED {b} -->\n" for b in blocks)
+    assert sz.update_doc(full, doc, "f") != full
+    with pytest.raises(sz.SizesError, match="unknown: \\['family:nope'\\]"):
+        sz.update_doc(full + "<!-- BEGIN GENERATED family:nope -->\n<!-- END GENERATED family:nope -->\n", doc, "f")
+    with pytest.raises(sz.SizesError, match="missing: \\['bounds'\\]"):
+        sz.update_doc(full.replace("GENERATED bounds ", "GENERATED gone "), doc, "f")
+
+
+@pytest.fixture(scope="module")
+def committed():
+    return json.loads((FIGURES / "sizes.json").read_text())
+
+
+def test_committed_report_is_current(committed):
+    """The committed rows equal freshly built ones for N <= 2^8 (and every bound at every N)."""
+    specs = [sz.SIZE_SPECS[s] for s in committed["specs"]]
+    assert set(committed["specs"]) == set(sz.SIZE_SPECS)
+    fresh = sz.report(specs, committed["n"], cheap_provider)
+    assert fresh["specs"] == committed["specs"] and fresh["bounds"] == committed["bounds"]
+    assert committed["n"] == [1 << e for e in range(4, 31)]
+    for old, new in zip(committed["rows"], fresh["rows"]):
+        assert (old["spec"], old["n"]) == (new["spec"], new["n"])
+        if old["n"] <= CHEAP_MAX_N:
+            assert old == new, (old["spec"], old["n"])
+        elif old["p_source"] == "reference":
+            assert old["bounds"] == new["bounds"]
+
+
+def test_committed_figure_data_is_current(committed):
+    specs = [sz.SIZE_SPECS[s] for s in committed["specs"]]
+    fams = sz.figure_families(s.family for s in specs)
+    assert {f"sizes-{f}.csv" for f in fams} == {p.name for p in FIGURES.glob("sizes-*.csv")}
+    for fam in fams:
+        old = list(csv.DictReader((FIGURES / f"sizes-{fam}.csv").open()))
+        new = list(csv.DictReader(io.StringIO(sz.series_csv(sz.family_series(fam, committed["n"], cheap_provider, specs)))))
+        assert [r for r in old if r["kind"] != "built" or int(r["n"]) <= CHEAP_MAX_N] == new, fam
+        assert {f"{fam}.png"} <= {p.name.removeprefix("sizes-") for p in FIGURES.glob("sizes-*.png")}
+    for pic in sz.ATTENTION_PICTURES:
+        _, panels = sz.picture_panels(pic)
+        assert (FIGURES / f"{pic.name}.csv").read_text() == sz.picture_csv(panels), pic.name
+        assert (FIGURES / f"{pic.name}.png").stat().st_size <= 150_000
+    for png in FIGURES.glob("*.png"):
+        assert png.stat().st_size <= 150_000, png.name
+
+
+def test_doc_tables_are_the_committed_data(committed):
+    text = (ROOT / "docs" / "sizes.md").read_text()
+    assert sz.update_doc(text, committed, "figures") == text
+
+
+def test_doc_check_detects_a_stale_table(committed):
+    text = (ROOT / "docs" / "sizes.md").read_text()
+    stale = text.replace("| 2^10 |", "| 2^10 | 1 |", 1)
+    assert stale != text and sz.update_doc(stale, committed, "figures") != stale
+
+
+# ------------------------------------------------------------------------------------------------
+# the command
+# ------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def app():
+    """The real command line: also checks that verify/cli.py registers ``sizes``."""
+    from exactformer.verify.cli import app
+
+    return app
+
+
+ARGS = ["sizes", "--construction", "index-lookup,equality", "--construction", "equality", "--n-min", "2^4",
+        "--n-max", "64", "--step", "2"]
+
+
+def test_cli_json(app):
+    res = CliRunner().invoke(app, ARGS + ["--json"])
+    assert res.exit_code == 0, res.output
+    lines = [l for l in res.stdout.splitlines() if l.strip()]
+    assert len(lines) == 1
+    doc = json.loads(lines[0])
+    assert doc["schema"] == sz.SCHEMA and doc["n"] == [16, 64] and list(doc["specs"]) == ["index-lookup", "equality"]
+    assert [(r["spec"], r["n"]) for r in doc["rows"]] == [("index-lookup", 16), ("index-lookup", 64),
+                                                         ("equality", 16), ("equality", 64)]
+    assert doc == sz.report([sz.SIZE_SPECS["index-lookup"], sz.SIZE_SPECS["equality"]], [16, 64])
+
+
+def test_cli_fresh_process_equals_in_process(app):
+    out = subprocess.run([sys.executable, "-m", "exactformer.verify.cli", *ARGS, "--json"], capture_output=True,
+                         text=True, check=True).stdout
+    assert json.loads(out) == json.loads(CliRunner().invoke(app, ARGS + ["--json"]).stdout)
+
+
+def test_cli_csv_and_table(app):
+    res = CliRunner().invoke(app, ARGS + ["--csv"])
+    assert res.exit_code == 0, res.output
+    rows = list(csv.DictReader(io.StringIO(res.stdout)))
+    assert [r["spec"] for r in rows] == ["index-lookup", "index-lookup", "equality", "equality"]
+    res = CliRunner().invoke(app, ARGS)
+    assert res.exit_code == 0 and "index-lookup" in res.stdout and "RNN m ≥ (Thm 11)" in res.stdout
+
+
+def test_cli_plot(app, tmp_path):  # PNG files are checked with the generator
+    out = tmp_path / "p.SVG"
+    res = CliRunner().invoke(app, ARGS + ["--plot", str(out)])
+    assert res.exit_code == 0, res.output
+    assert out.read_bytes().startswith(b"<?xml") and b"Equality / Inequality" in out.read_bytes()
+
+
+@pytest.mark.parametrize("extra,message", [
+    (["--n-min", "2^x"], "error: --n-min: an integer or 2^k in [2, 2^30], got '2^x'"),
+    (["--n-max", "2^31"], "error: --n-max: an integer or 2^k in [2, 2^30], got 2^31"),
+    (["--n-min", "2^8", "--n-max", "2^4"], "error: --n-min/--n-max: n-min <= n-max, got 256 > 16"),
+    (["--step", "0"], "error: --step: an integer in [1, 30]"),
+    (["--construction", "nope"], "error: --construction: one of index-lookup, index-lookup-onehot"),
+    (["--plot", "x.jpg"], "error: --plot: a file name ending in .png or .svg, got 'x.jpg'"),
+    (["--csv", "--plot", "x.png"], "error: --json/--csv/--plot/--figures: at most one of them"),
+    (["--doc", "README.md"], "error: --doc: only together with --figures DIR"),
+])
+def test_cli_bad_input(app, extra, message):
+    res = CliRunner().invoke(app, ["sizes", *extra])
+    assert res.exit_code == 2
+    assert res.stderr.strip().startswith(message) and len(res.stderr.strip().splitlines()) == 1
+    assert res.stdout == ""
+    res = CliRunner().invoke(app, ["sizes", *extra, "--json"])  # the same, or a clash with --json
+    assert res.exit_code == 2 and res.stderr.startswith("error: ")
+    assert json.loads(res.stdout) == {"error": res.stderr.strip().removeprefix("error: ")}

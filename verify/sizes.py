@@ -1,0 +1,752 @@
+"""Size tables and figures: what exactformer builds against the papers' lower bounds (docs/sizes.md).
+
+A *size row* is what one built model costs: layers, heads, d_model, d_head, width, precision bits,
+stored parameters and total size in bits (:class:`SizeRow`). Rows come from a *size provider*
+``provider(spec, n) -> SizeRow`` (raising :class:`SizeUnavailable` where it has no answer). The
+provider in use is the module variable :data:`SIZE_PROVIDER`; today it builds the model
+(:func:`built_size_row`, N <= 2^20). The builders' formula-only size path plugs in by replacing
+that one variable (see its comment); everything here (tables, CSV, JSON, plots, the ``sizes``
+command) reads it at call time.
+
+Each row is set beside the lower bounds of its task (:mod:`exactformer.verify.lower_bounds`),
+evaluated at the built model's own precision p ("the same precision"), or, for rows not built, at
+the paper's App. B.2 precision with Kc = 1 (``p_source = "reference"``).
+
+Figures (``exactformer sizes --figures DIR``): one log-log plot per task family (built width x
+heads and size in bits against the bounds at the App. B.2 precision), and attention patterns of
+small built models, each with the CSV of the numbers it draws.
+"""
+
+from __future__ import annotations
+
+import csv
+import functools
+import io
+import json
+import os
+import re
+from dataclasses import asdict, dataclass, field
+from fractions import Fraction
+from pathlib import Path
+from typing import Any, Callable, Iterable
+
+import numpy as np
+
+from exactformer.constructions import registry
+from exactformer.precision import Format, parse_format
+from exactformer.verify import lower_bounds as lb
+
+SCHEMA = "exactformer-sizes/1"
+N_MIN, N_MAX = 2, 1 << 30
+BUILD_MAX_N = 1 << 20  # the build provider builds up to here
+
+
+class SizesError(ValueError):
+    """Bad arguments: the message reads ``<parameter>: <allowed values>``."""
+
+
+class SizeUnavailable(Exception):
+    """A provider has no size for this (spec, N); the message says why."""
+
+
+# ------------------------------------------------------------------------------------------------
+# what is sized
+# ------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SizeSpec:
+    """A row source: construction ``construction`` built with ``kwargs`` (name/value pairs), in task
+    family ``family``, compared with ``bounds`` (keys of lower_bounds.BOUNDS; default the family's)
+    and with the paper's claim ``claim`` (key of lower_bounds.CLAIMS; default the construction)."""
+
+    name: str
+    construction: str
+    family: str
+    kwargs: tuple[tuple[str, Any], ...] = ()
+    bounds: tuple[str, ...] | None = None
+    claim: str | None = None
+    build_max_n: int = BUILD_MAX_N
+    note: str = ""
+
+    @property
+    def builder_kwargs(self) -> dict[str, Any]:
+        return dict(self.kwargs)
+
+    @property
+    def bound_keys(self) -> tuple[str, ...]:
+        return self.bounds if self.bounds is not None else lb.FAMILIES[self.family].bounds
+
+    @property
+    def claim_key(self) -> str:
+        return self.claim or self.construction
+
+
+_IL = ("rnn-index-lookup", "tracr-index-lookup")
+SIZE_SPECS: dict[str, SizeSpec] = {s.name: s for s in (
+    SizeSpec("index-lookup", "index-lookup", "index-lookup", (("alphabet", 64),), _IL,
+             note="|Sigma| = 64, positions auto"),
+    SizeSpec("index-lookup-onehot", "index-lookup", "index-lookup", (("alphabet", 64), ("positions", "onehot")), _IL,
+             claim="index-lookup-onehot", build_max_n=1 << 10,
+             note="one-hot positions: the naive width-Theta(N) construction of L39 (built up to N = 2^10)"),
+    SizeSpec("equality", "equality", "equality"),
+    SizeSpec("inequality", "inequality", "equality"),
+    SizeSpec("disjointness", "disjointness", "disjointness"),
+    # a particular random formula has no lower bound of its own: the family's bounds are for the class
+    SizeSpec("dnf", "dnf", "threshold", bounds=(), note="default: N/2 seeded random 3-literal terms"),
+    SizeSpec("cnf", "cnf", "threshold", bounds=(), note="default: N/2 seeded random 3-literal clauses"),
+    SizeSpec("threshold", "threshold", "threshold", bounds=(),
+             note="default: N seeded random 2-subsets, g = parity, b = m // 2"),
+)}
+
+
+def spec(name: str) -> SizeSpec:
+    if name not in SIZE_SPECS:
+        raise SizesError(f"--construction: one of {', '.join(SIZE_SPECS)}, got {name!r}")
+    return SIZE_SPECS[name]
+
+
+# ------------------------------------------------------------------------------------------------
+# size rows and providers
+# ------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SizeRow:
+    """The size of one built model. ``parameters`` counts stored numbers (position-code rows are
+    generated, not stored: CompiledModel.parameter_count); ``size_bits = parameters x
+    precision_bits``; ``heads`` is the most heads of any layer; ``width = max(d_model, d_head)``
+    (P1 L29). ``source``: "build" or "formula"."""
+
+    spec: str
+    n: int
+    layers: int
+    heads: int
+    d_model: int
+    d_head: int
+    d_mlp: int
+    width: int
+    precision: str
+    precision_bits: int
+    parameters: int
+    size_bits: int
+    source: str
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+SizeProvider = Callable[[SizeSpec, int], SizeRow]
+
+
+def size_row_from_summary(spec_name: str, summary: dict[str, Any], source: str) -> SizeRow:
+    """A SizeRow from ``CompiledModel.summary()`` (or any dict with the same keys)."""
+    bits = int(summary["params"]["precision_bits"]["value"])
+    return SizeRow(spec_name, int(summary["n"]), int(summary["layers"]), int(summary["heads"]),
+                   int(summary["d_model"]), int(summary["d_head"]), int(summary["d_mlp"]), int(summary["width"]),
+                   str(summary["precision"]), bits, int(summary["parameters"]), int(summary["parameters"]) * bits,
+                   source)
+
+
+@functools.lru_cache(maxsize=512)
+def _built_summary(construction: str, kwargs: tuple[tuple[str, Any], ...], n: int) -> dict[str, Any]:
+    return registry.builder(construction)(n, **dict(kwargs)).summary()
+
+
+def built_size_row(spec: SizeSpec, n: int) -> SizeRow:
+    """Build ``spec`` at N = n and read its size (N <= spec.build_max_n)."""
+    if n > spec.build_max_n:
+        raise SizeUnavailable(f"not built: N > 2^{spec.build_max_n.bit_length() - 1} for {spec.name}")
+    try:
+        summary = _built_summary(spec.construction, spec.kwargs, n)
+    except ValueError as e:  # the builder's own range check (e.g. odd N for a halves task)
+        raise SizeUnavailable(f"not built: {e}") from None
+    return size_row_from_summary(spec.name, summary, "build")
+
+
+#: The provider every table, plot and the ``sizes`` command use. Swap in the builders' formula-only
+#: size path (sizes without materialising, N up to 2^30) by replacing this one line, e.g.
+#:     SIZE_PROVIDER = lambda spec, n: size_row_from_summary(
+#:         spec.name, registry.size(spec.construction, n, **spec.builder_kwargs), "formula")
+#: and keep :func:`built_size_row` as the reference that :func:`compare_providers` checks it against.
+SIZE_PROVIDER: SizeProvider = built_size_row
+
+
+def _provider(provider: SizeProvider | None) -> SizeProvider:
+    return provider if provider is not None else SIZE_PROVIDER
+
+
+def compare_providers(a: SizeProvider, b: SizeProvider, specs: Iterable[SizeSpec], ns: Iterable[int]) -> list[str]:
+    """Every (spec, N) where providers ``a`` and ``b`` disagree (fields other than ``source``, or
+    one answers and the other does not), as readable lines; [] when they agree everywhere."""
+    out = []
+    for s in specs:
+        for n in ns:
+            rows = []
+            for p in (a, b):
+                try:
+                    rows.append(p(s, n).to_json() | {"source": None})
+                except SizeUnavailable as e:
+                    rows.append(f"unavailable ({e})")
+            if rows[0] != rows[1]:
+                out.append(f"{s.name} N={n}: {rows[0]} != {rows[1]}")
+    return out
+
+
+# ------------------------------------------------------------------------------------------------
+# N ranges
+# ------------------------------------------------------------------------------------------------
+
+
+def parse_n(text: str | int, param: str) -> int:
+    """An integer or ``2^k`` in [2, 2^30]; SizesError names ``param`` otherwise."""
+    allowed = f"{param}: an integer or 2^k in [2, 2^30]"
+    s = str(text).strip()
+    m = re.fullmatch(r"2\^(\d{1,3})", s)
+    if m:
+        v = 1 << int(m.group(1))
+    elif re.fullmatch(r"\d{1,12}", s):
+        v = int(s)
+    else:
+        raise SizesError(f"{allowed}, got {s!r}")
+    if not N_MIN <= v <= N_MAX:
+        raise SizesError(f"{allowed}, got {s}")
+    return v
+
+
+def n_values(n_min: int, n_max: int, step: int = 1) -> list[int]:
+    """n_min, n_min 2^step, n_min 2^(2 step), ... up to n_max."""
+    if n_min > n_max:
+        raise SizesError(f"--n-min/--n-max: n-min <= n-max, got {n_min} > {n_max}")
+    if isinstance(step, bool) or not isinstance(step, int) or not 1 <= step <= 30:
+        raise SizesError(f"--step: an integer in [1, 30] (log2 step between rows), got {step!r}")
+    out, n = [], n_min
+    while n <= n_max:
+        out.append(n)
+        n <<= step
+    return out
+
+
+def fmt_n(n: int) -> str:
+    return f"2^{n.bit_length() - 1}" if n & (n - 1) == 0 else str(n)
+
+
+# ------------------------------------------------------------------------------------------------
+# the report (the JSON document; tables and CSV are views of it)
+# ------------------------------------------------------------------------------------------------
+
+
+def reference_p(n: int) -> int:
+    return lb.paper_precision_bits(n, 1)
+
+
+def bound_values(keys: Iterable[str], n: int, p: int) -> dict[str, dict[str, int | None]]:
+    out = {}
+    for k in keys:
+        units, bits = lb.evaluate(lb.BOUNDS[k], n, p)
+        out[k] = {"units": units, "bits": bits}
+    return out
+
+
+def report(specs: Iterable[SizeSpec], ns: list[int], provider: SizeProvider | None = None,
+           progress: Callable[[], None] | None = None) -> dict[str, Any]:
+    """The sizes document (schema in docs/sizes.md): one row per (spec, N)."""
+    provider = _provider(provider)
+    specs = list(specs)
+    rows = []
+    for s in specs:
+        for n in ns:
+            try:
+                built, reason = provider(s, n), None
+            except SizeUnavailable as e:
+                built, reason = None, str(e)
+            p = built.precision_bits if built else reference_p(n)
+            rows.append({"spec": s.name, "construction": s.construction, "family": s.family, "n": n,
+                         "built": built.to_json() if built else None, "not_built": reason,
+                         "p": p, "p_source": "built" if built else "reference",
+                         "bounds": bound_values(s.bound_keys, n, p)})
+            if progress:
+                progress()
+    keys = sorted({k for s in specs for k in s.bound_keys})
+    return {
+        "schema": SCHEMA,
+        "n": ns,
+        "reference_precision": "P1 App. B.2 with Kc = 1: p = ceil(log2(2 N^2 + 1)) bits (used where a row is not built)",
+        "specs": {s.name: {"construction": s.construction, "family": s.family, "kwargs": s.builder_kwargs,
+                           "bounds": list(s.bound_keys), "claim": _claim(s), "note": s.note}
+                  for s in specs},
+        "bounds": {k: lb.BOUNDS[k].describe() for k in keys},
+        "rows": rows,
+    }
+
+
+def _claim(s: SizeSpec) -> dict | None:
+    c = lb.CLAIMS.get(s.claim_key)
+    return c.to_json() if c else None
+
+
+BUILT_FIELDS = ("layers", "heads", "d_model", "d_head", "d_mlp", "width", "precision", "precision_bits",
+                "parameters", "size_bits", "source")
+
+
+def report_csv(doc: dict[str, Any]) -> str:
+    """One CSV line per row: the built fields, p and its source, then ``<bound>`` (units) and
+    ``<bound>_bits`` for every bound of the report (empty where it does not apply)."""
+    keys = list(doc["bounds"])
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(["spec", "family", "n", *BUILT_FIELDS, "not_built", "p", "p_source",
+                *[c for k in keys for c in (k, k + "_bits")]])
+    for r in doc["rows"]:
+        b = r["built"] or {}
+        vals = [r["bounds"].get(k, {}) for k in keys]
+        w.writerow([r["spec"], r["family"], r["n"], *[_blank(b.get(f)) for f in BUILT_FIELDS], _blank(r["not_built"]),
+                    r["p"], r["p_source"], *[_blank(v.get(c)) for v in vals for c in ("units", "bits")]])
+    return buf.getvalue()
+
+
+def _blank(v: Any) -> Any:
+    return "" if v is None else v
+
+
+# ------------------------------------------------------------------------------------------------
+# Markdown tables (docs/sizes.md) and the text view of the CLI
+# ------------------------------------------------------------------------------------------------
+
+
+def _explicit(keys: Iterable[str]) -> list[str]:
+    return [k for k in keys if lb.BOUNDS[k].explicit]
+
+
+def _bound_header(k: str) -> str:
+    b = lb.BOUNDS[k]
+    unit = {lb.UNITS_M: "m", lb.UNITS_MH: "mH", lb.UNITS_WIDTH: "width", lb.UNITS_STATE_BITS: "state bits"}[b.unit]
+    return f"{b.model} {unit} {'≥' if b.kind == 'lower' else '='} ({b.short})"
+
+
+def spec_table(doc: dict[str, Any], spec_name: str, ns: Iterable[int] | None = None,
+               built_only: bool = False) -> tuple[list[str], list[list[str]]]:
+    """Header and cells of one construction's table: built sizes, then each explicit bound at the
+    row's p (a p marked * is the reference precision: the row is not built; ``built_only`` leaves
+    such rows out)."""
+    keys = _explicit(doc["specs"][spec_name]["bounds"])
+    head = ["N", "layers", "heads", "d_model", "width", "p (bits)", "parameters", "size (bits)"]
+    head += [_bound_header(k) for k in keys]
+    rows = [r for r in doc["rows"] if r["spec"] == spec_name and (ns is None or r["n"] in ns)
+            and (r["built"] or not built_only)]
+    cells = []
+    for r in rows:
+        b = r["built"]
+        built = [str(b[f]) for f in ("layers", "heads", "d_model", "width")] if b else ["—"] * 4
+        p = f"{r['p']}" if b else f"{r['p']}*"
+        tail = [str(b["parameters"]), str(b["size_bits"])] if b else ["—", "—"]
+        cells.append([fmt_n(r["n"]), *built, p, *tail, *[_cell(r["bounds"][k]["units"]) for k in keys]])
+    return head, cells
+
+
+def _cell(v: int | None) -> str:
+    return "—" if v is None else str(v)
+
+
+def markdown(head: list[str], cells: list[list[str]]) -> str:
+    def row(values: list[str]) -> str:
+        return "| " + " | ".join(v.replace("|", "\\|") for v in values) + " |"
+
+    return "\n".join([row(head), "|" + "---|" * len(head)] + [row(c) for c in cells])
+
+
+def separation_lines(doc: dict[str, Any], spec_name: str) -> list[str]:
+    """For each lower bound of the spec: from which built N on the built model's width x heads
+    (and its size in bits) stays below the bound at the same p, as sentences."""
+    rows = [r for r in doc["rows"] if r["spec"] == spec_name and r["built"]]
+    out = []
+    for k in _explicit(doc["specs"][spec_name]["bounds"]):
+        b = lb.BOUNDS[k]
+        if b.kind != "lower" or not rows:
+            continue
+        for what, mine, theirs in (("width x heads", lambda r: r["built"]["width"] * r["built"]["heads"], "units"),
+                                   ("size in bits", lambda r: r["built"]["size_bits"], "bits")):
+            below = [r["bounds"][k][theirs] is not None and mine(r) < r["bounds"][k][theirs] for r in rows]
+            since = next((i for i in range(len(rows)) if all(below[i:])), None)
+            where = (f"from N = {fmt_n(rows[since]['n'])} on" if since is not None else "at no built N")
+            out.append(f"built {what} < {b.model} bound ({b.short}, same p): {where} "
+                       f"(built up to N = {fmt_n(rows[-1]['n'])})")
+    return out
+
+
+# ------------------------------------------------------------------------------------------------
+# family figures: built sizes against the bounds at the reference precision
+# ------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Series:
+    """One plotted line: ``points`` are (N, value, p) with p the precision the value assumes."""
+
+    label: str
+    kind: str  # "built", "lower", "upper", "alternative"
+    quantity: str  # "units" (width x heads, hidden units, width) or "bits"
+    points: list[tuple[int, int, int]] = field(default_factory=list)
+
+
+def family_series(family: str, ns: list[int], provider: SizeProvider | None = None,
+                  specs: Iterable[SizeSpec] | None = None) -> list[Series]:
+    """The lines of one family's figure: every spec of the family (built width x heads and size in
+    bits, N <= its provider's range) and every explicit bound of the family at the reference p."""
+    provider = _provider(provider)
+    specs = [s for s in (specs if specs is not None else SIZE_SPECS.values()) if s.family == family]
+    out: list[Series] = []
+    for s in specs:
+        units = Series(f"{s.name} (built): width x heads", "built", "units")
+        bits = Series(f"{s.name} (built): size", "built", "bits")
+        for n in ns:
+            try:
+                r = provider(s, n)
+            except SizeUnavailable:
+                continue
+            units.points.append((n, r.width * r.heads, r.precision_bits))
+            bits.points.append((n, r.size_bits, r.precision_bits))
+        out += [x for x in (units, bits) if x.points]
+    keys = [k for k in lb.FAMILIES[family].bounds if lb.BOUNDS[k].explicit]
+    for k in keys:
+        b = lb.BOUNDS[k]
+        units = Series(b.label, b.kind, "units")
+        bits = Series(f"{b.label}; bits", b.kind, "bits")
+        for n in ns:
+            p = reference_p(n)
+            u, bb = lb.evaluate(b, n, p)
+            if u is not None:
+                units.points.append((n, u, p))
+            if bb is not None:
+                bits.points.append((n, bb, p))
+        out += [x for x in (units, bits) if x.points]
+    return out
+
+
+def series_csv(series: list[Series]) -> str:
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(["series", "kind", "quantity", "n", "value", "p"])
+    for s in series:
+        for n, v, p in s.points:
+            w.writerow([s.label, s.kind, s.quantity, n, v, p])
+    return buf.getvalue()
+
+
+_STYLE = {"built": dict(ls="-", marker="o", ms=3), "lower": dict(ls="--"), "upper": dict(ls=":"),
+          "alternative": dict(ls="-.")}
+
+
+def _matplotlib_figure(**kw):
+    try:
+        from matplotlib.figure import Figure
+    except ImportError:
+        raise SizesError("--plot/--figures: matplotlib is needed to draw figures (pip install matplotlib)") from None
+    return Figure(**kw)
+
+
+def plot_families(families: list[tuple[str, list[Series]]], path: Path) -> None:
+    """One row of two log-log panels per family (units, bits) into ``path`` (.png or .svg)."""
+    fig = _matplotlib_figure(figsize=(12, 5 * len(families)), layout="constrained")
+    axes = np.atleast_2d(fig.subplots(len(families), 2, squeeze=False))
+    for row, (family, series) in zip(axes, families):
+        fam = lb.FAMILIES[family]
+        scope = f"\n({fam.scope})" if fam.scope else ""
+        for ax, qty, ylabel in ((row[0], "units", "width x heads / hidden units"), (row[1], "bits", "bits")):
+            for s in series:
+                if s.quantity != qty:
+                    continue
+                xs, ys = [p[0] for p in s.points], [max(p[1], 1) for p in s.points]
+                ax.plot(xs, ys, label=s.label, **_STYLE[s.kind])
+            ax.set_xscale("log", base=2)
+            ax.set_yscale("log", base=10)
+            ax.set_xlabel("N")
+            ax.set_ylabel(ylabel)
+            ax.set_title(f"{fam.title}: {ylabel}{scope}", fontsize=9)
+            ax.grid(True, which="major", alpha=0.3)
+            ax.legend(fontsize=7, loc="best", framealpha=0.85)
+    fig.suptitle("lower bounds at P1 App. B.2 precision with Kc = 1 (p = 2 log2 N + 2 bits); "
+                 "built models at their own precision", fontsize=9)
+    _save(fig, path)
+
+
+def _save(fig, path: Path) -> None:
+    suffix = path.suffix.lower()
+    if suffix not in (".png", ".svg"):
+        raise SizesError(f"--plot: a file name ending in .png or .svg, got {path.name!r}")
+    meta = {"Software": None} if suffix == ".png" else {"Date": None}
+    fig.savefig(path, dpi=90, metadata=meta)
+
+
+# ------------------------------------------------------------------------------------------------
+# attention patterns of small built models
+# ------------------------------------------------------------------------------------------------
+
+
+def exact_attention(model, tokens: np.ndarray, fmt: Format | None = None) -> tuple[list[np.ndarray], np.ndarray]:
+    """The rounded softmax weights of every layer, raw values ``[B, H, T, T]``, and the
+    last-position logits (raw ``[B, d_vocab_out]``), computed with the format's own operations in
+    the executor's order (verify/executor.py) over every position. The executor skips rows no
+    output needs and so never exposes the weights; tests check these logits equal its logits."""
+    fmt = fmt if fmt is not None else parse_format(model.precision)
+    tokens = np.asarray(tokens, dtype=np.int64)
+    B, T = tokens.shape
+    x = fmt.add(model.embed.raw(tokens.reshape(-1), fmt).reshape(B, T, model.d_model),
+                model.pos_embed.raw(np.arange(T), fmt)[None])
+    weights = []
+    for blk in model.blocks:
+        a, m = blk.attn, blk.mlp
+
+        def proj(W, b):  # [B, H, T, d_head]
+            return fmt.add(fmt.matmul(x[:, None], W.raw(fmt)), b.raw(fmt)[None, :, None, :])
+
+        q, k, v = proj(a.W_Q, a.b_Q), proj(a.W_K, a.b_K), proj(a.W_V, a.b_V)
+        logits = fmt.matmul(q, np.swapaxes(k, -1, -2))
+        if a.causal:  # row t: softmax over keys 0..t, zeros after
+            w = np.zeros_like(logits)
+            for t in range(T):
+                w[..., t, : t + 1] = fmt.softmax(logits[..., t, : t + 1], axis=-1)
+        else:
+            w = fmt.softmax(logits, axis=-1)
+        weights.append(np.asarray(w))
+        z = np.swapaxes(fmt.matmul(w, v), 1, 2).reshape(B, T, a.n_heads * a.d_head)  # heads side by side
+        W_O = a.W_O.raw(fmt).reshape(a.n_heads * a.d_head, model.d_model)
+        x = fmt.add(x, fmt.add(fmt.matmul(z, W_O), a.b_O.raw(fmt)))
+        hidden = fmt.relu(fmt.add(fmt.matmul(x, m.W_in.raw(fmt)), m.b_in.raw(fmt)))
+        x = fmt.add(x, fmt.add(fmt.matmul(hidden, m.W_out.raw(fmt)), m.b_out.raw(fmt)))
+    logits = fmt.add(fmt.matmul(x[:, -1, :], model.W_U.raw(fmt)), model.b_U.raw(fmt))
+    return weights, np.asarray(logits)
+
+
+def float_attention(model, tokens: np.ndarray) -> list[np.ndarray]:
+    """Softmax weights of every layer, ``[B, H, T, T]`` float64, of the float export
+    ``model.to_torch()`` (read by a ``TorchFunctionMode`` that records each softmax call of one
+    forward pass; the module itself is unchanged)."""
+    import torch
+    from torch.overrides import TorchFunctionMode
+
+    class Recorder(TorchFunctionMode):
+        def __init__(self) -> None:
+            super().__init__()
+            self.weights: list[np.ndarray] = []
+
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            if getattr(func, "__name__", "") == "softmax":
+                self.weights.append(out.detach().cpu().numpy())
+            return out
+
+    module = model.to_torch()
+    rec = Recorder()
+    with torch.no_grad(), rec:
+        module(torch.as_tensor(np.asarray(tokens), dtype=torch.long))
+    if len(rec.weights) != model.n_layers:
+        raise RuntimeError(f"recorded {len(rec.weights)} softmax calls for {model.n_layers} layers")
+    return rec.weights
+
+
+@dataclass(frozen=True)
+class AttentionPicture:
+    """A small built model and the input it is shown on."""
+
+    name: str
+    construction: str
+    n: int
+    kwargs: tuple[tuple[str, Any], ...]
+    title: str
+
+
+ATTENTION_PICTURES = (
+    AttentionPicture("attention-index-lookup-n16", "index-lookup", 16, (("alphabet", 64),),
+                     "Index Lookup, N = 16: the index token p attends to position p"),
+    AttentionPicture("attention-equality-n8", "equality", 8, (),
+                     "Equality, N = 8: layer 1 fetches x_(i-N/2) (and x_i for i <= N/2); layer 2 averages"),
+    AttentionPicture("attention-disjointness-n8", "disjointness", 8, (),
+                     "Disjointness, N = 8: head h of layer 1 fetches x_(I_i[h]) (BOS for no index); layer 2 averages"),
+)
+
+
+@dataclass
+class Panel:
+    title: str
+    exact: list[list[Fraction]]  # the rounded weights under the model's format
+    float64: np.ndarray  # the float export's weights
+    rows: list[str]
+    cols: list[str]
+
+
+def picture_panels(pic: AttentionPicture) -> tuple[str, list[Panel]]:
+    """The model's format name and the panels of ``pic``: for Index Lookup the index token's row
+    on one input per p = 1..N; otherwise every layer and head on one fixed input."""
+    model = registry.builder(pic.construction)(pic.n, **dict(pic.kwargs))
+    fmt = parse_format(model.precision)
+    n = pic.n
+    if pic.construction == "index-lookup":
+        symbols = np.random.default_rng(0).integers(0, len(model.answers), size=n).tolist()
+        tokens = model.encode_batch([(symbols, p) for p in range(1, n + 1)])
+        sel = [(0, 0, "layer 1: the index token's row, one input per p")]
+        rows, cols = [f"p={p}" for p in range(1, n + 1)], [f"s{i}" for i in range(1, n + 1)] + ["p"]
+        pick = lambda w: w[:, 0, -1, :]  # noqa: E731
+    else:
+        x = [1, -1, 1, 1, 1, -1, -1, 1] if pic.construction == "equality" else [1, 0, 1, 1, 0, 1, 1, 0]
+        tokens = model.encode_batch([x[:n]])
+        sel = [(l, h, f"layer {l + 1}, head {h + 1}") for l, b in enumerate(model.blocks) for h in range(b.attn.n_heads)]
+        rows = cols = ([] if pic.construction == "equality" else ["BOS"]) + [str(i) for i in range(1, n + 1)]
+        pick = None
+    exact, _ = exact_attention(model, tokens, fmt)
+    flt = float_attention(model, tokens)
+    panels = []
+    for l, h, title in sel:
+        e = np.asarray(fmt.to_fraction(pick(exact[l]) if pick else exact[l][0, h]), dtype=object)
+        f = pick(flt[l]) if pick else flt[l][0, h]
+        panels.append(Panel(title, e.tolist(), f, rows, cols))
+    return fmt.name, panels
+
+
+def picture_csv(panels: list[Panel]) -> str:
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(["panel", "row", "column", "exact", "float64"])
+    for p in panels:
+        for i, r in enumerate(p.rows):
+            for j, c in enumerate(p.cols):
+                w.writerow([p.title, r, c, str(p.exact[i][j]), f"{p.float64[i, j]:.6f}"])
+    return buf.getvalue()
+
+
+def plot_picture(pic: AttentionPicture, fmt_name: str, panels: list[Panel], path: Path) -> None:
+    """Two rows of heat maps: the exact rounded weights, then the float export's."""
+    k = len(panels)
+    fig = _matplotlib_figure(figsize=(3.4 * k + 1.2, 6.6), layout="constrained")
+    axes = fig.subplots(2, k, squeeze=False)
+    for row, which in enumerate((f"exact, {fmt_name}", "float64 export")):
+        for ax, p in zip(axes[row], panels):
+            a = np.array([[float(v) for v in r] for r in p.exact]) if row == 0 else p.float64
+            im = ax.imshow(a, vmin=0.0, vmax=1.0, cmap="Blues")
+            ax.set_title(f"{p.title}\n({which})", fontsize=8)
+            ax.set_xticks(range(len(p.cols)), p.cols, fontsize=6, rotation=90)
+            ax.set_yticks(range(len(p.rows)), p.rows, fontsize=6)
+            ax.set_xlabel("key position", fontsize=7)
+            ax.set_ylabel("query", fontsize=7)
+    fig.colorbar(im, ax=axes.ravel().tolist(), shrink=0.6, label="attention weight")
+    fig.suptitle(pic.title, fontsize=9)
+    _save(fig, path)
+
+
+# ------------------------------------------------------------------------------------------------
+# the one command that regenerates docs/figures (and the tables in docs/sizes.md)
+# ------------------------------------------------------------------------------------------------
+
+
+def figure_families(spec_families: Iterable[str]) -> list[str]:
+    """Families with something to plot: one of ``spec_families`` (the families of the specs
+    sized) or a family with an explicit bound."""
+    fams = set(spec_families)
+    return [f for f, fam in lb.FAMILIES.items()
+            if f in fams or any(lb.BOUNDS[k].explicit for k in fam.bounds)]
+
+
+def generate_figures(out_dir: Path, ns: list[int], provider: SizeProvider | None = None,
+                     specs: Iterable[SizeSpec] | None = None, doc_path: Path | None = None,
+                     progress: Callable[[], None] | None = None) -> list[Path]:
+    """Write into ``out_dir``: sizes.json (the report), sizes-<family>.png/.csv per family and
+    attention-*.png/.csv; with ``doc_path``, rewrite its generated blocks. Returns the paths."""
+    specs = list(specs if specs is not None else SIZE_SPECS.values())
+    out_dir.mkdir(parents=True, exist_ok=True)
+    written = []
+    doc = report(specs, ns, provider, progress)
+    written.append(_write(out_dir / "sizes.json", _json_text(doc)))
+    for fam in figure_families(s.family for s in specs):
+        series = family_series(fam, ns, provider, specs)
+        written.append(_write(out_dir / f"sizes-{fam}.csv", series_csv(series)))
+        plot_families([(fam, series)], out_dir / f"sizes-{fam}.png")
+        written.append(out_dir / f"sizes-{fam}.png")
+    for pic in ATTENTION_PICTURES:
+        fmt_name, panels = picture_panels(pic)
+        written.append(_write(out_dir / f"{pic.name}.csv", picture_csv(panels)))
+        plot_picture(pic, fmt_name, panels, out_dir / f"{pic.name}.png")
+        written.append(out_dir / f"{pic.name}.png")
+    if doc_path is not None:
+        rel = Path(os.path.relpath(out_dir.resolve(), doc_path.resolve().parent)).as_posix()
+        written.append(_write(doc_path, update_doc(doc_path.read_text(), doc, rel)))
+    return written
+
+
+def _json_text(doc: dict[str, Any]) -> str:
+    return json.dumps(doc, indent=1) + "\n"
+
+
+def _write(path: Path, text: str) -> Path:
+    path.write_text(text)
+    return path
+
+
+# ---- generated blocks of docs/sizes.md ----------------------------------------------------------
+
+_BLOCK = re.compile(r"(<!-- BEGIN GENERATED (?P<name>[\w:-]+) -->\n)(?P<body>.*?)(<!-- END GENERATED (?P=name) -->)", re.S)
+
+
+def doc_blocks(doc: dict[str, Any], fig_dir: str) -> dict[str, str]:
+    """The generated Markdown of docs/sizes.md by block name, from a report (pure: no builds)."""
+    even = [n for n in doc["n"] if (n.bit_length() - 1) % 2 == 0]
+    blocks = {"bounds": _bounds_block(), "bound-values": _bound_values_block(even)}
+    with_figure = figure_families(d["family"] for d in doc["specs"].values())
+    for fam in lb.FAMILIES:
+        parts = []
+        names = [s for s, d in doc["specs"].items() if d["family"] == fam]
+        if fam in with_figure:
+            parts.append(f"![{lb.FAMILIES[fam].title}]({fig_dir}/sizes-{fam}.png)\n"
+                         f"(data: [`sizes-{fam}.csv`]({fig_dir}/sizes-{fam}.csv))")
+        if not names:
+            parts.append("No construction of this family is built yet: its rows appear here once a `SizeSpec` "
+                         "for it is added to `verify/sizes.py`.")
+        for name in names:
+            d = doc["specs"][name]
+            c = d["claim"]
+            kw = ", ".join(f"{k}={v}" for k, v in d["kwargs"].items()) or "defaults"
+            claim = (f"Paper ({c['source']}): layers {c['layers']}; heads {c['heads']}; width {c['width']}; "
+                     f"precision {c['precision']}; size {c['size']}." if c else "No paper claim recorded.")
+            parts.append(f"**{name}** (`{d['construction']}`, {kw}{'; ' + d['note'] if d['note'] else ''}). {claim}")
+            parts.append(markdown(*spec_table(doc, name, even, built_only=True)))
+            sep = separation_lines(doc, name)
+            if sep:
+                parts.append("\n".join(f"- {s}" for s in sep))
+        blocks[f"family:{fam}"] = "\n\n".join(parts)
+    return blocks
+
+
+def _bounds_block() -> str:
+    head = ["key", "model", "kind", "source", "statement (paper)", "formula evaluated (ceil)", "unit", "precision",
+            "note"]
+    cells = [[f"`{b.key}`", b.model, b.kind, b.source, b.statement, b.formula if b.explicit else f"— ({b.formula})",
+              b.unit, b.precision, b.note] for b in lb.BOUNDS.values()]
+    return markdown(head, cells)
+
+
+def _bound_values_block(ns: list[int]) -> str:
+    """Every explicit lower bound at the reference precision and at p = 64; bounds with the same
+    values everywhere share a column."""
+    keys = [k for k, b in lb.BOUNDS.items() if b.explicit and b.kind == "lower"]
+    points = [(n, p) for n in ns for p in (reference_p(n), 64)]
+    columns: dict[tuple, list[str]] = {}
+    for k in keys:
+        columns.setdefault(tuple(_cell(lb.evaluate(lb.BOUNDS[k], n, p)[0]) for n, p in points), []).append(k)
+    head = ["N", "p"] + [" = ".join(f"`{k}`" for k in ks) for ks in columns.values()]
+    cells = [[fmt_n(n), str(p)] + [vals[i] for vals in columns] for i, (n, p) in enumerate(points)]
+    return markdown(head, cells)
+
+
+def update_doc(text: str, doc: dict[str, Any], fig_dir: str) -> str:
+    """``text`` with every generated block replaced. The blocks present must be exactly the ones
+    the generator makes (so a renamed or new family cannot leave a stale or missing block)."""
+    blocks = doc_blocks(doc, fig_dir)
+    present = [m.group("name") for m in _BLOCK.finditer(text)]
+    unknown, missing = set(present) - set(blocks), set(blocks) - set(present)
+    if unknown or missing:
+        raise SizesError(f"--doc: the file's generated blocks must be exactly {sorted(blocks)}; "
+                         f"unknown: {sorted(unknown)}, missing: {sorted(missing)}")
+
+    def sub(m: re.Match) -> str:
+        return f"{m.group(1)}{blocks[m.group('name')]}\n{m.group(4)}"
+
+    return _BLOCK.sub(sub, text)
