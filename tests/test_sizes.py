@@ -155,7 +155,7 @@ def test_exact_attention_reproduces_the_executor(name, n, kw):
         examples = (rng.integers(0, 2, (7, n)) * (2 if name == "equality" else 1) - (name == "equality")).tolist()
     tokens = model.encode_batch(examples)
     weights, logits = sz.exact_attention(model, tokens, fmt)
-    assert np.array_equal(logits, run(model, tokens, fmt).logits)
+    assert np.array_equal(logits, run(model, tokens, fmt).logits[:, -1])
     for b in (1, 2):  # the same rows with fewer inputs
         w_b, l_b = sz.exact_attention(model, tokens[:b], fmt)
         assert np.array_equal(l_b, logits[:b]) and all(np.array_equal(x, y[:b]) for x, y in zip(w_b, weights))

@@ -35,6 +35,7 @@ import numpy as np
 from exactformer.constructions import registry
 from exactformer.precision import Format, parse_format
 from exactformer.verify import lower_bounds as lb
+from exactformer.verify.forward import forward_with_cache
 
 SCHEMA = "exactformer-sizes/1"
 N_MIN, N_MAX = 2, 1 << 30
@@ -485,37 +486,13 @@ def _save(fig, path: Path) -> None:
 
 def exact_attention(model, tokens: np.ndarray, fmt: Format | None = None) -> tuple[list[np.ndarray], np.ndarray]:
     """The rounded softmax weights of every layer, raw values ``[B, H, T, T]``, and the
-    last-position logits (raw ``[B, d_vocab_out]``), computed with the format's own operations in
-    the executor's order (verify/executor.py) over every position. The executor skips rows no
-    output needs and so never exposes the weights; tests check these logits equal its logits."""
+    last-position logits (raw ``[B, d_vocab_out]``), from the plain forward pass
+    (:func:`exactformer.verify.forward.forward_with_cache`, whose logits the tests check equal
+    the executor's)."""
     fmt = fmt if fmt is not None else parse_format(model.precision)
-    tokens = np.asarray(tokens, dtype=np.int64)
-    B, T = tokens.shape
-    x = fmt.add(model.embed.raw(tokens.reshape(-1), fmt).reshape(B, T, model.d_model),
-                model.pos_embed.raw(np.arange(T), fmt)[None])
-    weights = []
-    for blk in model.blocks:
-        a, m = blk.attn, blk.mlp
-
-        def proj(W, b):  # [B, H, T, d_head]
-            return fmt.add(fmt.matmul(x[:, None], W.raw(fmt)), b.raw(fmt)[None, :, None, :])
-
-        q, k, v = proj(a.W_Q, a.b_Q), proj(a.W_K, a.b_K), proj(a.W_V, a.b_V)
-        logits = fmt.matmul(q, np.swapaxes(k, -1, -2))
-        if a.causal:  # row t: softmax over keys 0..t, zeros after
-            w = np.zeros_like(logits)
-            for t in range(T):
-                w[..., t, : t + 1] = fmt.softmax(logits[..., t, : t + 1], axis=-1)
-        else:
-            w = fmt.softmax(logits, axis=-1)
-        weights.append(np.asarray(w))
-        z = np.swapaxes(fmt.matmul(w, v), 1, 2).reshape(B, T, a.n_heads * a.d_head)  # heads side by side
-        W_O = a.W_O.raw(fmt).reshape(a.n_heads * a.d_head, model.d_model)
-        x = fmt.add(x, fmt.add(fmt.matmul(z, W_O), a.b_O.raw(fmt)))
-        hidden = fmt.relu(fmt.add(fmt.matmul(x, m.W_in.raw(fmt)), m.b_in.raw(fmt)))
-        x = fmt.add(x, fmt.add(fmt.matmul(hidden, m.W_out.raw(fmt)), m.b_out.raw(fmt)))
-    logits = fmt.add(fmt.matmul(x[:, -1, :], model.W_U.raw(fmt)), model.b_U.raw(fmt))
-    return weights, np.asarray(logits)
+    logits, cache = forward_with_cache(model, np.asarray(tokens, dtype=np.int64), fmt)
+    weights = [cache.raw[f"blocks.{l}.attn.hook_pattern"] for l in range(model.n_layers)]
+    return weights, logits[:, -1, :]
 
 
 def float_attention(model, tokens: np.ndarray) -> list[np.ndarray]:
