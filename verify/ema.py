@@ -164,7 +164,7 @@ def sort_groups(xp, ids, bits: int):
 # ================================================================================================
 
 
-def _backend(arrs: dict[str, Any]):
+def _backend(arrs: dict[str, Any], err: type[EMAError] = EMAError):
     dev, kinds = None, set()
     for name, a in arrs.items():
         if a is None:
@@ -172,23 +172,23 @@ def _backend(arrs: dict[str, Any]):
         if is_torch(a):
             kinds.add("torch")
             if dev is not None and a.device != dev:
-                raise EMAError(f"{name}: all tensors must be on one device, got {dev} and {a.device}")
+                raise err(f"{name}: all tensors must be on one device, got {dev} and {a.device}")
             dev = a.device
         else:
             kinds.add("numpy")
     if len(kinds) > 1:
-        raise EMAError("queries, keys, values and masks must all be numpy arrays or all torch tensors")
+        raise err("queries, keys, values and masks must all be numpy arrays or all torch tensors")
     return NP if dev is None else torch_xp(dev)
 
 
-def _int_array(xp, a, name: str):
+def _int_array(xp, a, name: str, err: type[EMAError] = EMAError):
     """a as an int64 array of the backend; floats, bools and words outside int64 are errors."""
     if xp.torch:
         t = xp.t
         if a.is_floating_point() or a.is_complex() or a.dtype == t.bool:
-            raise EMAError(f"{name}: must hold integers (int64 words), got dtype {a.dtype}")
+            raise err(f"{name}: must hold integers (int64 words), got dtype {a.dtype}")
         if a.dtype == t.uint64 and a.numel() and int(a.max().item()) > INT64_MAX:
-            raise EMAError(f"{name}: words must lie in the int64 range [-2^63, 2^63 - 1]")
+            raise err(f"{name}: words must lie in the int64 range [-2^63, 2^63 - 1]")
         return a.to(t.int64)
     arr = np.asarray(a)
     k = arr.dtype.kind
@@ -196,14 +196,14 @@ def _int_array(xp, a, name: str):
         flat = arr.reshape(-1).tolist()
         for v in flat:
             if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
-                raise EMAError(f"{name}: must hold integers (int64 words), got {type(v).__name__} {v!r}")
+                raise err(f"{name}: must hold integers (int64 words), got {type(v).__name__} {v!r}")
             if not -(1 << 63) <= int(v) <= INT64_MAX:
-                raise EMAError(f"{name}: words must lie in the int64 range [-2^63, 2^63 - 1], got {v}")
+                raise err(f"{name}: words must lie in the int64 range [-2^63, 2^63 - 1], got {v}")
         return np.array(flat, dtype=np.int64).reshape(arr.shape)
     if k not in "iu":
-        raise EMAError(f"{name}: must hold integers (int64 words), got dtype {arr.dtype}")
+        raise err(f"{name}: must hold integers (int64 words), got dtype {arr.dtype}")
     if k == "u" and arr.dtype.itemsize == 8 and arr.size and int(arr.max()) > INT64_MAX:
-        raise EMAError(f"{name}: words must lie in the int64 range [-2^63, 2^63 - 1], got {int(arr.max())}")
+        raise err(f"{name}: words must lie in the int64 range [-2^63, 2^63 - 1], got {int(arr.max())}")
     return np.ascontiguousarray(arr, dtype=np.int64)
 
 
@@ -433,6 +433,65 @@ def _group_sums(xp, krow, kcount, qcount, V, fmt):
     return direct, src, sums, sat_rows, inexact
 
 
+def match_sums(xp, kwords, qwords, batch, batch_size: int, krows, qrows, n_out: int, V, fmt=None):
+    """The EMA core on flat rows (also used by ANNA's Alg. 1 for its bucket sums and counts).
+
+    kwords [nk, kw] / qwords [nq, kw]: the words of the published keys and of the queries; batch
+    [nk + nq] (keys first) or None: a batch index that must match too (< batch_size); krows [nk]:
+    the value row of V [*, dv] of each key (None: 0..nk-1); qrows [nq]: the output row of each
+    query (None: 0..nq-1), rows not listed get count 0 and total 0. Returns (count [n_out],
+    total [n_out, dv], weight [n_out] or None, EMAPreconditions) with the semantics of
+    :func:`exact_match_attention`."""
+    nk, nq = int(kwords.shape[0]), int(qwords.shape[0])
+    dv = int(V.shape[1])
+    count = xp.zeros((n_out,))
+    weight = None if fmt is None else xp.zeros((n_out,))
+    pre = EMAPreconditions(0, None if fmt is None else fmt.scale, 0, 0, 0, 0)
+    if not (nq and nk):
+        return count, xp.zeros((n_out, dv)), weight, pre
+    words = _cat(xp, [kwords, qwords])
+    perm, g, G = sort_groups(xp, *exact_ids(xp, words, batch, batch_size))
+    iskey = perm < nk
+    krow, qrow = perm[iskey], perm[~iskey] - nk
+    if krows is not None:
+        krow = krows[krow]
+    if qrows is not None:
+        qrow = qrows[qrow]
+    qg = g[~iskey]
+    kcount, qcount = _bincount(xp, g[iskey], G), _bincount(xp, qg, G)
+    direct, src, sums, sat_rows, inexact = _group_sums(xp, krow, kcount, qcount, V, fmt)
+    c = kcount[qg]
+    count[qrow] = c
+    # every query reads one row: of the values (a single key, weight exactly 1), of the group
+    # sums, or the zero row (no match). One gather in query order from the source most queries
+    # use, then the other rows.
+    n_sums = int(sums.shape[0])
+    direct_q = xp.full((n_out,), -1)
+    direct_q[qrow] = direct[qg]
+    sums_q = xp.full((n_out,), n_sums)  # the zero row of ext
+    sums_q[qrow] = xp.where(src[qg] >= 0, src[qg], n_sums)
+    ext = _cat(xp, [sums, xp.zeros((1, dv))])
+    is_direct = direct_q >= 0
+    if 2 * int(xp.count(is_direct)) >= n_out:
+        total = _take_rows(xp, V, xp.maximum(direct_q, 0))
+        rest = _nonzero(xp, ~is_direct)
+        total[rest] = _take_rows(xp, ext, sums_q[rest])
+    else:
+        total = _take_rows(xp, ext, sums_q)
+        rest = _nonzero(xp, is_direct)
+        total[rest] = _take_rows(xp, V, direct_q[rest])
+    max_count = int(c.max())
+    if fmt is None:
+        return count, total, weight, EMAPreconditions(max_count, None, 0, 0, 0, 0)
+    saturations = int(sat_rows[sums_q[sums_q < n_sums]].sum()) if n_sums else 0
+    w, w_exact = _weights(xp, fmt, c)
+    weight[qrow] = w
+    fmt.counts.saturations += saturations
+    pre = EMAPreconditions(max_count, fmt.scale, int(xp.count((c > 0) & (w == 0))),
+                           int(xp.count(w_exact > fmt.max_raw)), inexact, saturations)
+    return count, total, weight, pre
+
+
 def exact_match_attention(queries, keys, values, *, query_mask=None, key_mask=None,
                           fmt: Format | None = None) -> EMAResult:
     """Exact-Match Attention (docs/ema.md; P2 L81, L95), batched, in O(N log N) time and O(N(kw + dv))
@@ -457,59 +516,16 @@ def exact_match_attention(queries, keys, values, *, query_mask=None, key_mask=No
         if lo < fmt.min_raw or hi > fmt.max_raw:
             raise EMAError(f"values: raw values must lie in [{fmt.min_raw}, {fmt.max_raw}] (the range of "
                            f"{fmt.name}), got [{lo}, {hi}]")
-    count = xp.zeros((B * Nq,))
-    total = None  # all zero unless some query has a key to match
-    weight = None if fmt is None else xp.zeros((B * Nq,))
-    pre = EMAPreconditions(0, None if fmt is None else fmt.scale, 0, 0, 0, 0)
-    qpos = _arange(xp, B * Nq) if A.qm is None else _nonzero(xp, A.qm)
-    kpos = _arange(xp, B * Nk) if A.km is None else _nonzero(xp, A.km)
-    nq, nk = int(qpos.shape[0]), int(kpos.shape[0])
-    if nq and nk:
-        words = _cat(xp, [A.k if A.km is None else A.k[kpos], A.q if A.qm is None else A.q[qpos]])
-        batch = _cat(xp, [kpos // max(Nk, 1), qpos // max(Nq, 1)]) if B > 1 else None
-        perm, g, G = sort_groups(xp, *exact_ids(xp, words, batch, B))
-        iskey = perm < nk
-        krow, qi = perm[iskey], perm[~iskey] - nk
-        if A.km is not None:
-            krow = kpos[krow]
-        qrow = qi if A.qm is None else qpos[qi]
-        qg = g[~iskey]
-        kcount, qcount = _bincount(xp, g[iskey], G), _bincount(xp, qg, G)
-        direct, src, sums, sat_rows, inexact = _group_sums(xp, krow, kcount, qcount, A.v, fmt)
-        c = kcount[qg]
-        count[qrow] = c
-        # every query reads one row: of the values (a single key, weight exactly 1), of the group
-        # sums, or the zero row (no match). One gather in query order from the source most
-        # queries use, then the other rows.
-        direct_q = xp.full((B * Nq,), -1)
-        direct_q[qrow] = direct[qg]
-        sums_q = xp.full((B * Nq,), int(sums.shape[0]))  # the zero row of ext
-        sums_q[qrow] = xp.where(src[qg] >= 0, src[qg], int(sums.shape[0]))
-        ext = _cat(xp, [sums, xp.zeros((1, dv))])
-        is_direct = direct_q >= 0
-        if 2 * int(xp.count(is_direct)) >= B * Nq:
-            total = _take_rows(xp, A.v, xp.maximum(direct_q, 0))
-            rest = _nonzero(xp, ~is_direct)
-            total[rest] = _take_rows(xp, ext, sums_q[rest])
-        else:
-            total = _take_rows(xp, ext, sums_q)
-            rest = _nonzero(xp, is_direct)
-            total[rest] = _take_rows(xp, A.v, direct_q[rest])
-        saturations = 0
-        if fmt is not None and int(sums.shape[0]):
-            r = sums_q[sums_q < int(sums.shape[0])]
-            saturations = int(sat_rows[r].sum())
-        max_count = int(c.max()) if nq else 0
-        if fmt is not None:
-            w, w_exact = _weights(xp, fmt, c)
-            weight[qrow] = w
-            pre = EMAPreconditions(max_count, fmt.scale, int(xp.count((c > 0) & (w == 0))),
-                                   int(xp.count(w_exact > fmt.max_raw)), inexact, saturations)
-            fmt.counts.saturations += saturations
-        else:
-            pre = EMAPreconditions(max_count, None, 0, 0, 0, 0)
-    if total is None:
-        total = xp.zeros((B * Nq, dv))
+    qpos = None if A.qm is None else _nonzero(xp, A.qm)
+    kpos = None if A.km is None else _nonzero(xp, A.km)
+    qwords = A.q if qpos is None else A.q[qpos]
+    kwords = A.k if kpos is None else A.k[kpos]
+    batch = None
+    if B > 1:
+        qb = _arange(xp, B * Nq) if qpos is None else qpos
+        kb = _arange(xp, B * Nk) if kpos is None else kpos
+        batch = _cat(xp, [kb // max(Nk, 1), qb // max(Nq, 1)])
+    count, total, weight, pre = match_sums(xp, kwords, qwords, batch, B, kpos, qpos, B * Nq, A.v, fmt)
     shape = (B, Nq) if A.batched else (Nq,)
     return EMAResult(count.reshape(shape), total.reshape(shape + (dv,)),
                      None if weight is None else weight.reshape(shape), fmt, pre)
