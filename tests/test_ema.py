@@ -472,3 +472,91 @@ def test_cuda_matches_numpy():
         assert b.total.device.type == "cuda"
         assert np.array_equal(a.total, _np(b.total)) and np.array_equal(a.count, _np(b.count))
         assert a.preconditions == b.preconditions
+
+
+# ------------------------------------------------------------------------------------------------
+# the `attention` CLI (registered on a throwaway app; verify/cli.py registers it for real)
+# ------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def cli_app():
+    import typer
+
+    from exactformer.verify.cli_attention import attention
+
+    app = typer.Typer()
+    app.command("attention")(attention)
+
+    @app.command("noop")
+    def noop() -> None:  # a second command keeps "attention" a subcommand
+        pass
+
+    return app
+
+
+def _cli(app, *args):
+    from typer.testing import CliRunner
+
+    res = CliRunner().invoke(app, ["attention", *args, "--json"])
+    lines = [line for line in res.stdout.splitlines() if line.strip()]
+    assert len(lines) == 1, res.output
+    return res, __import__("json").loads(lines[0])
+
+
+@pytest.mark.parametrize(
+    "args,checked",
+    [
+        (["--kind", "ema", "--n", "600", "--d", "3", "--matches", "random"], 600),
+        (["--kind", "ema", "--n", "5000", "--d", "2", "--matches", "few:4", "--key-words", "2", "--batch", "2",
+          "--check-queries", "40"], 40),
+        (["--kind", "ema", "--n", "300", "--d", "2", "--matches", "unique", "--precision", "binary:int=24,frac=12"],
+         300),
+        (["--kind", "ema", "--n", "200", "--d", "1", "--matches", "none"], 200),
+        (["--kind", "dense", "--n", "300", "--d", "4", "--matches", "all"], 300),
+        (["--kind", "anna", "--n", "300", "--d", "64", "--check-queries", "100"], 100),
+    ],
+)
+def test_cli_runs_and_checks(cli_app, args, checked):
+    res, out = _cli(cli_app, *args)
+    assert res.exit_code == 0 and out["passed"] is True, out
+    assert out["check"]["passed"] is True and out["check"]["queries_checked"] == checked
+    assert out["seconds"] >= 0 and out["memory"]["peak_rss_mib"] > 0
+    if out["kind"] == "ema":
+        assert out["check"]["mismatches"] == 0 and out["preconditions"]["ok"] is True
+    if out["kind"] == "anna":
+        assert out["theorem"]["hashes"] == out["hashes"] and out["check"]["far_failures"] == 0
+
+
+def test_cli_reports_failed_checks(cli_app):
+    """Lost matches (S = 16 < c) and an ANNA with too few tables exit 1 with the failure reported."""
+    res, out = _cli(cli_app, "--kind", "ema", "--n", "400", "--d", "1", "--matches", "all",
+                    "--precision", "binary:int=20,frac=4")
+    assert res.exit_code == 1 and out["check"]["passed"] and out["preconditions"]["lost_matches"] == 400
+    res, out = _cli(cli_app, "--kind", "anna", "--n", "300", "--d", "64", "--family", "hyperplane",
+                    "--tables", "2", "--hashes", "30")
+    assert res.exit_code == 1 and out["check"]["near_failures"] > 0 and not out["passed"]
+
+
+@pytest.mark.parametrize(
+    "args,match",
+    [
+        (["--kind", "flash", "--n", "10"], "--kind: must be one of ema | anna | dense"),
+        (["--kind", "ema", "--n", "0"], r"--n: must be an integer in [1, 67108864]"),
+        (["--kind", "ema", "--n", "ten"], "--n: must be an integer"),
+        (["--kind", "ema", "--n", "10", "--tables", "3"], "--tables: only with --kind anna"),
+        (["--kind", "anna", "--n", "10", "--matches", "all"], "--matches: only with --kind ema or dense"),
+        (["--kind", "ema", "--n", "10", "--matches", "few:x"], "--matches: must be one of"),
+        (["--kind", "ema", "--n", "10", "--precision", "float64"], "--precision: must be a fixed-point format"),
+        (["--kind", "ema", "--n", "10", "--precision", "binary:int=x"], "--precision:"),
+        (["--kind", "anna", "--n", "10", "--approx-c", "1"], "--approx-c: must be a number > 1"),
+        (["--kind", "anna", "--n", "10", "--family", "minhash"], "--family: must be one of"),
+        (["--kind", "ema", "--n", "10", "--device", "tpu"], "--device: must be cpu or cuda"),
+        (["--kind", "dense", "--n", str((1 << 16) + 1)], "--n: dense attention needs N^2 scores"),
+    ],
+)
+def test_cli_errors(cli_app, args, match):
+    res, out = _cli(cli_app, *args)
+    assert res.exit_code == 2
+    assert match in out["error"] and f"error: {out['error']}" in res.stderr
+    assert "Traceback" not in res.output

@@ -399,7 +399,7 @@ def _group_sums(xp, krow, kcount, qcount, V, fmt):
     classes = classes.tolist()
     if len(classes) > 1:  # group the groups by size
         groups = groups[_argsort(xp, sizes)]
-    parts, sat_rows, inexact, off = [], [], 0, 0
+    parts, sat_rows, inexact, off, vmax = [], [], 0, 0, None
     for s, a, b in zip(classes, bounds[:-1], bounds[1:]):
         gs = groups[a:b]
         w = None if fmt is None else min(match_weight(fmt, s), fmt.max_raw)
@@ -409,11 +409,15 @@ def _group_sums(xp, krow, kcount, qcount, V, fmt):
         pos = kstart[gs][:, None] + _arange(xp, s)[None, :]
         X = _take_rows(xp, V, krow[pos.reshape(-1)]).reshape(b - a, s, dv)
         if fmt is None:
-            lo, hi = xp.minmax(X)
-            if s * max(-lo, hi) > INT64_MAX:
-                raise EMAOverflowError(
-                    f"values: an exact sum of {s} matched values of magnitude up to {max(-lo, hi)} can exceed "
-                    "int64 (2^63 - 1); use smaller values or fixed-point semantics")
+            if vmax is None:
+                lo, hi = xp.minmax(V)
+                vmax = max(-lo, hi)
+            if s * vmax > INT64_MAX:  # the bound over all values fails: this class's values decide
+                lo, hi = xp.minmax(X)
+                if s * max(-lo, hi) > INT64_MAX:
+                    raise EMAOverflowError(
+                        f"values: an exact sum of {s} matched values of magnitude up to {max(-lo, hi)} can "
+                        "exceed int64 (2^63 - 1); use smaller values or fixed-point semantics")
             sums = X.sum(1)
             sat = xp.zeros((b - a,))
         else:
@@ -552,8 +556,27 @@ class EMAReference:
     rows: list[tuple[int, int]] | None
 
 
-def _round_raw(fmt: FixedPoint, x: Fraction) -> int:
-    return int(round(x)) if fmt.nearest else x.numerator // x.denominator
+def _reference_row(vals: np.ndarray, fmt: FixedPoint | None) -> tuple[list, Any]:
+    """(total as a list of Python ints, the weight) for the value rows ``vals`` [c, dv] of one query's
+    matches, straight from the definition: exact sums; in fixed point w = sat(round(S/c)) and
+    products round(w * v / S) (floor: Python's //, nearest-even: divmod and the tie rule), each
+    saturated, summed exactly and saturated once."""
+    c, dv = vals.shape
+    if c == 0:
+        return [0] * dv, (Fraction(0) if fmt is None else 0)
+    if fmt is None:
+        cols = vals.sum(0) if c * int(np.abs(vals).max(initial=0)) < (1 << 62) else vals.astype(object).sum(0)
+        return [int(x) for x in cols], Fraction(1, c)
+    S = fmt.scale
+    q, r = divmod(S, c)
+    w = min(q + (fmt.nearest and (2 * r > c or (2 * r == c and q % 2 == 1))), fmt.max_raw)
+    prod = vals.astype(object) * w
+    q = prod // S
+    if fmt.nearest:
+        r = prod - q * S
+        q = q + ((2 * r > S) | ((2 * r == S) & (q % 2 == 1))).astype(object)
+    q = np.clip(q, fmt.min_raw, fmt.max_raw)
+    return [min(max(int(x), fmt.min_raw), fmt.max_raw) for x in q.sum(0)], w
 
 
 def ema_dense_reference(queries, keys, values, *, query_mask=None, key_mask=None, fmt: Format | None = None,
@@ -578,25 +601,20 @@ def ema_dense_reference(queries, keys, values, *, query_mask=None, key_mask=None
     weight = None if fmt is None else np.zeros((B, Nq), dtype=object)
     weights = np.zeros((B, Nq, Nk), dtype=object) if rows is None else None
     todo = [(b, i) for b in range(B) for i in range(Nq)] if rows is None else list(rows)
+    memo: dict[tuple, tuple] = {}  # the result depends on (b, q_i) only
     for b, i in todo:
         if not QM[b, i]:
             continue
-        hit = np.flatnonzero(np.all(K[b] == Q[b, i], axis=1) & KM[b])
-        c = len(hit)
-        count[b, i] = c
-        if c == 0:
-            continue
-        vals = [[int(x) for x in V[b, j]] for j in hit]
-        if fmt is None:
-            w = Fraction(1, c)
-            total[b, i] = [sum(col) for col in zip(*vals)]
-        else:
-            w = min(_round_raw(fmt, Fraction(fmt.scale, c)), fmt.max_raw)
+        key = (b, Q[b, i].tobytes())
+        if key not in memo:
+            hit = np.flatnonzero(np.all(K[b] == Q[b, i], axis=1) & KM[b])
+            memo[key] = (hit,) + _reference_row(V[b, hit], fmt)
+        hit, tot, w = memo[key]
+        count[b, i] = len(hit)
+        total[b, i] = tot
+        if fmt is not None:
             weight[b, i] = w
-            prods = [[min(max(_round_raw(fmt, Fraction(w * x, fmt.scale)), fmt.min_raw), fmt.max_raw) for x in row]
-                     for row in vals]
-            total[b, i] = [min(max(sum(col), fmt.min_raw), fmt.max_raw) for col in zip(*prods)]
-        if weights is not None:
+        if weights is not None and len(hit):
             weights[b, i, hit] = w
     return EMAReference(count, total, weight, weights, None if rows is None else todo)
 
