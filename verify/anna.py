@@ -234,18 +234,15 @@ def family(name: str) -> LSHFamily:
 
 
 def _pack(xp, sym, sbits: int):
-    """Symbols [n, T, z] of sbits bits each -> words [n, T, kw] (as many symbols per word as fit 62 bits)."""
-    per = max(1, 62 // sbits)
+    """Symbols [n, T, z] of sbits bits each -> words [n, T, kw] int64, symbol t in bits
+    [(t mod per) sbits, ...) of word t // per, per = floor(62 / sbits): exact and injective."""
     n, T, z = (int(s) for s in sym.shape)
-    kw = -(-z // per)
-    pad = kw * per - z
-    if pad:
-        zeros = xp.zeros((n, T, pad))
-        sym = xp.t.cat([sym, zeros], -1) if xp.torch else np.concatenate([sym, zeros], -1)
-    sym = sym.reshape(n, T, kw, per)
-    shifts = np.arange(per, dtype=np.int64) * sbits
-    sh = xp.from_numpy(shifts) if xp.torch else shifts
-    return (sym << sh).sum(-1)
+    per = max(1, 62 // sbits)
+    out = xp.zeros((n, T, -(-z // per)))
+    for t in range(z):
+        w, j = divmod(t, per)
+        out[:, :, w] |= sym[:, :, t] << (j * sbits)
+    return out
 
 
 def _tables_first(xp, c):
