@@ -538,6 +538,21 @@ def test_cli_reports_failed_checks(cli_app):
     assert res.exit_code == 1 and out["check"]["near_failures"] > 0 and not out["passed"]
 
 
+def test_cli_check_rejects_a_broken_layer(cli_app, monkeypatch):
+    """A mutant EMA that drops the last key of every batch row is caught by the reference check."""
+    import exactformer.verify.cli_attention as cli_mod
+
+    def broken(q, k, v, **kw):
+        km = np.ones(k.shape[:2], bool)
+        km[:, -1] = False
+        return exact_match_attention(q, k, v, key_mask=km, **kw)
+
+    monkeypatch.setattr(cli_mod, "exact_match_attention", broken)
+    for n in ("500", "6000"):  # every query / sampled queries
+        res, out = _cli(cli_app, "--kind", "ema", "--n", n, "--d", "2", "--matches", "few:3")
+        assert res.exit_code == 1 and out["check"]["mismatches"] > 0 and not out["passed"]
+
+
 @pytest.mark.parametrize(
     "args,match",
     [

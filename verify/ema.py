@@ -27,7 +27,7 @@ every product is exact).
 
 Execution is sort based (O(N log N), no N x N tensor): the rows of all keys and queries are mapped
 to exact int64 ids (words packed into disjoint bit fields while they fit, dense ranks otherwise),
-one argsort groups equal ids, each key group's values are summed once per group size class, and
+one sort groups equal ids, each key group's values are summed once per group size class, and
 every query gathers its group's sum. numpy and torch (any device) run the same algorithm; the
 result is exact, hence identical across backends.
 """
@@ -102,8 +102,8 @@ def _take_rows(xp, x, idx):
 
 
 def exact_ids(xp, words, batch=None, batch_size: int = 1):
-    """int64 ids [n] >= 0, equal iff the rows of ``words`` [n, kw] (and ``batch`` [n]) are equal, and
-    their bit width (ids < 2^bits; 64 when raw words had to be kept).
+    """int64 ids [n], equal iff the rows of ``words`` [n, kw] (and ``batch`` [n]) are equal, and their
+    bit width: 0 <= ids < 2^bits, or bits = 64 when one raw int64 word is the id.
 
     Columns are packed into disjoint bit fields (word - min) while the total stays <= 62 bits;
     a column that does not fit is first replaced by its dense rank, and so is the accumulated id
