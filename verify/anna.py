@@ -88,15 +88,21 @@ class LSHFamily(ABC):
         """p(Δ) for squared distances Δ^2 (numpy array), points of dimension ``dim`` (on the sphere of
         squared radius ``radius_sq`` for sphere families)."""
 
-    def check_points(self, X: np.ndarray, name: str) -> int | None:
-        """Validate points of the family's space; returns their squared radius (sphere families)."""
-        if not self.on_sphere:
+    def param_columns(self, dim: int) -> int:
+        """Columns of ``sample``'s parameters per hash function."""
+        return 1
+
+    def check_points(self, xp, X, name: str) -> int | None:
+        """Validate integer points [n, dim] of the family's space; returns their squared radius (sphere
+        families; None otherwise or for no points)."""
+        if not self.on_sphere or not X.shape[0]:
             return None
-        n2 = (X.astype(np.float64) ** 2).sum(-1) if X.size else np.zeros(0)
-        if n2.size and (n2.max() >= FLOAT_EXACT or not (n2 == n2.reshape(-1)[0]).all() or n2.reshape(-1)[0] == 0):
+        Xf = X.to(xp.t.float64) if xp.torch else X.astype(np.float64)
+        lo, hi = xp.minmax((Xf * Xf).sum(-1))
+        if hi >= FLOAT_EXACT or lo != hi or lo == 0:
             raise ANNAError(f"{name}: {self.name} needs points on one sphere (equal nonzero squared norms), "
-                            f"got squared norms in [{n2.min():.0f}, {n2.max():.0f}]")
-        return int(n2.reshape(-1)[0]) if n2.size else None
+                            f"got squared norms in [{lo}, {hi}]")
+        return lo
 
     def __repr__(self) -> str:
         return self.name
@@ -121,9 +127,10 @@ class BitSampling(LSHFamily):
     def collision_probability(self, dist_sq, dim, radius_sq=None):
         return 1.0 - np.asarray(dist_sq, dtype=np.float64) / dim
 
-    def check_points(self, X, name):
-        if X.size and (X.min() < 0 or X.max() > 1):
-            raise ANNAError(f"{name}: bit sampling needs points in {{0,1}}^m, got coordinates in [{X.min()}, {X.max()}]")
+    def check_points(self, xp, X, name):
+        lo, hi = xp.minmax(X)
+        if lo < 0 or hi > 1:
+            raise ANNAError(f"{name}: bit sampling needs points in {{0,1}}^m, got coordinates in [{lo}, {hi}]")
         return None
 
 
@@ -186,6 +193,9 @@ class CrossPolytope(LSHFamily):
 
     def sample(self, rng, dim, count):
         return _gauss(rng, (dim, count * dim))
+
+    def param_columns(self, dim):
+        return dim
 
     def hash(self, xp, params, X):
         dim = params.shape[0]
@@ -253,7 +263,7 @@ def _tables_first(xp, c):
 class ANNAResult:
     """Result of :class:`LSHAttention` (arrays of the input's library and device).
 
-    ``num`` [B, Nq, dv] int64: sum_j n_ij v_j; ``den`` [B, Nq] int64: sum_j n_ij (the total count
+    ``num`` [Nq, dv] int64: sum_j n_ij v_j; ``den`` [Nq] int64: sum_j n_ij (the total count
     of the query's ℓ buckets). The output is num/den; 0 where den = 0 (no key collides)."""
 
     num: Any
@@ -290,10 +300,8 @@ class LSHAttention:
                 f"seed={self.seed})")
 
     def _table_params(self, t0: int, t1: int) -> np.ndarray:
-        z = self.hashes
-        if isinstance(self.family, CrossPolytope):
-            return self.params[:, t0 * z * self.dim:t1 * z * self.dim]
-        return self.params[..., t0 * z:t1 * z]
+        cols = self.hashes * self.family.param_columns(self.dim)
+        return self.params[..., t0 * cols:t1 * cols]
 
     def table_chunks(self, n_points: int):
         """Ranges [t0, t1) of tables hashed together (about CHUNK_ENTRIES symbols per chunk)."""
@@ -308,18 +316,32 @@ class LSHAttention:
         return _pack(xp, sym.reshape(int(X.shape[0]), t1 - t0, self.hashes), self.symbol_bits)
 
     def _points(self, xp, X, name: str):
+        """X as validated integer points [N, dim] of the family's space."""
         a = _int_array(xp, X, name, ANNAError)
         if a.ndim != 2 or int(a.shape[1]) != self.dim:
             raise ANNAError(f"{name}: must have shape [N, {self.dim}], got {tuple(a.shape)}")
+        self.family.check_points(xp, a, name)
         return a
+
+    def buckets(self, xp, Q, K, V):
+        """Per chunk of tables [t0, t1): (key codes [T, Nk, kw], query codes [T, Nq, kw], bucket counts
+        [T, Nq] = |bucket_t(q_i)|, bucket sums [T, Nq, dv]) -- the EMA core with tables as the batch."""
+        Nq, Nk = int(Q.shape[0]), int(K.shape[0])
+        for t0, t1 in self.table_chunks(Nq + Nk):
+            T = t1 - t0
+            kc, qc = _tables_first(xp, self.codes(K, t0, t1)), _tables_first(xp, self.codes(Q, t0, t1))
+            kw = int(kc.shape[-1])
+            ar_k, ar_q = _arange(xp, T * Nk), _arange(xp, T * Nq)
+            batch = _cat(xp, [ar_k // max(Nk, 1), ar_q // max(Nq, 1)])
+            count, total, _, _ = match_sums(xp, kc.reshape(T * Nk, kw), qc.reshape(T * Nq, kw), batch, T,
+                                            ar_k % max(Nk, 1), None, T * Nq, V)
+            yield kc, qc, count.reshape(T, Nq), total.reshape(T, Nq, int(V.shape[1]))
 
     def __call__(self, queries, keys, values) -> ANNAResult:
         """Alg. 1 on queries [Nq, dim], keys [Nk, dim] (integer points of the family's space) and
         values [Nk, dv] int64. Exact: num and den are integer sums."""
         xp = _backend({"queries": queries, "keys": keys, "values": values}, ANNAError)
         Q, K = self._points(xp, queries, "queries"), self._points(xp, keys, "keys")
-        self.family.check_points(_numpy(Q), "queries")
-        self.family.check_points(_numpy(K), "keys")
         V = _int_array(xp, values, "values", ANNAError)
         Nq, Nk = int(Q.shape[0]), int(K.shape[0])
         if V.ndim != 2 or int(V.shape[0]) != Nk:
@@ -330,16 +352,9 @@ class LSHAttention:
             if self.tables * Nk * max(-lo, hi) > (1 << 63) - 1:
                 raise ANNAError(f"values: tables * Nk * max|v| = {self.tables} * {Nk} * {max(-lo, hi)} can exceed int64")
         num, den = xp.zeros((Nq, dv)), xp.zeros((Nq,))
-        for t0, t1 in self.table_chunks(Nq + Nk):
-            T = t1 - t0
-            kc, qc = _tables_first(xp, self.codes(K, t0, t1)), _tables_first(xp, self.codes(Q, t0, t1))
-            kw = int(kc.shape[-1])
-            kwords, qwords = kc.reshape(T * Nk, kw), qc.reshape(T * Nq, kw)
-            ar_k, ar_q = _arange(xp, T * Nk), _arange(xp, T * Nq)
-            batch = _cat(xp, [ar_k // max(Nk, 1), ar_q // max(Nq, 1)])
-            count, total, _, _ = match_sums(xp, kwords, qwords, batch, T, ar_k % max(Nk, 1), None, T * Nq, V)
-            den = den + count.reshape(T, Nq).sum(0)
-            num = num + total.reshape(T, Nq, dv).sum(0)
+        for _, _, count, total in self.buckets(xp, Q, K, V):
+            den = den + count.sum(0)
+            num = num + total.sum(0)
         return ANNAResult(num, den)
 
 
@@ -467,13 +482,9 @@ def check_conditions(lsh: LSHAttention, queries, keys, *, r_sq, approx_c, sample
     without replacement with Generator(``seed``) (None: all). Weights are exact: w_ij =
     n_ij / sum_j' n_ij', with n_ij counted over the ℓ tables and the denominator from the exact
     bucket counts. Cost O(checked * Nk * dim + ℓ (Nq + Nk) log N)."""
-    Q = _int_array(NP, _numpy(queries), "queries", ANNAError)
-    K = _int_array(NP, _numpy(keys), "keys", ANNAError)
-    for name, X in (("queries", Q), ("keys", K)):
-        if X.ndim != 2 or X.shape[1] != lsh.dim:
-            raise ANNAError(f"{name}: must have shape [N, {lsh.dim}], got {X.shape}")
-    R2 = lsh.family.check_points(Q, "queries")
-    R2k = lsh.family.check_points(K, "keys")
+    Q = lsh._points(NP, _numpy(queries), "queries")
+    K = lsh._points(NP, _numpy(keys), "keys")
+    R2, R2k = lsh.family.check_points(NP, Q, "queries"), lsh.family.check_points(NP, K, "keys")
     if R2 is not None and R2k is not None and R2 != R2k:
         raise ANNAError(f"keys: must lie on the queries' sphere (squared norm {R2}), got {R2k}")
     R2 = R2 if R2 is not None else R2k
@@ -491,17 +502,9 @@ def check_conditions(lsh: LSHAttention, queries, keys, *, r_sq, approx_c, sample
     # den_i = sum_t |bucket_t(q_i)|, exactly, with the EMA core (no values)
     den = np.zeros(nr, np.int64)
     Qr = Q[rows]
-    empty = np.zeros((Nk, 0), np.int64)
     key_codes = []
-    for t0, t1 in lsh.table_chunks(nr + Nk):
-        T = t1 - t0
-        kc, qc = _tables_first(NP, lsh.codes(K, t0, t1)), _tables_first(NP, lsh.codes(Qr, t0, t1))
-        kw = kc.shape[-1]
-        ar_k, ar_q = np.arange(T * Nk), np.arange(T * nr)
-        batch = np.concatenate([ar_k // max(Nk, 1), ar_q // max(nr, 1)])
-        count, _, _, _ = match_sums(NP, kc.reshape(-1, kw), qc.reshape(-1, kw), batch, T, ar_k % max(Nk, 1), None,
-                                    T * nr, empty)
-        den += count.reshape(T, nr).sum(0)
+    for kc, qc, count, _ in lsh.buckets(NP, Qr, K, np.zeros((Nk, 0), np.int64)):
+        den += count.sum(0)
         key_codes.append((kc, qc))
 
     # exact distances by blocks of queries; n_ij for the pairs within cr

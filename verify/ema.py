@@ -381,8 +381,8 @@ def _group_sums(xp, krow, kcount, qcount, V, fmt):
     ``krow`` [nk]: the value row of each active key, keys sorted by group (group g holds the
     kcount[g] keys from position sum(kcount[:g])); ``kcount``/``qcount`` [G]: keys/queries per
     group. Returns (direct [G]: the value row for groups whose output is one key's value
-    unchanged, else -1; src [G]: the group's row of ``sums``, else -1; sums [*, dv]; saturated
-    elements per row of sums; inexact products)."""
+    unchanged, else -1; src [G]: the group's row of ``sums``, else -1; sums [n + 1, dv], whose last
+    row is the zero row of "no match"; saturated elements per row of sums; inexact products)."""
     G = int(kcount.shape[0])
     dv = int(V.shape[1])
     direct = xp.full((G,), -1)
@@ -390,7 +390,7 @@ def _group_sums(xp, krow, kcount, qcount, V, fmt):
     need = (kcount > 0) & (qcount > 0)
     groups = _nonzero(xp, need)
     if int(groups.shape[0]) == 0:
-        return direct, src, xp.zeros((0, dv)), xp.zeros((0,)), 0
+        return direct, src, xp.zeros((1, dv)), xp.zeros((1,)), 0
     kstart = _cumsum(xp, kcount) - kcount
     sizes = kcount[groups]
     hist = _bincount(xp, sizes, 0)
@@ -399,15 +399,21 @@ def _group_sums(xp, krow, kcount, qcount, V, fmt):
     classes = classes.tolist()
     if len(classes) > 1:  # group the groups by size
         groups = groups[_argsort(xp, sizes)]
-    parts, sat_rows, inexact, off, vmax = [], [], 0, 0, None
+    one_is_exact = fmt is None or min(match_weight(fmt, 1), fmt.max_raw) == fmt.scale
+    n_sums = bounds[-1] - (bounds[1] if classes[0] == 1 and one_is_exact else 0)
+    sums = xp.empty((n_sums + 1, dv))
+    sums[n_sums] = 0
+    sat_rows = xp.zeros((n_sums + 1,))
+    inexact, off, vmax = 0, 0, None
     for s, a, b in zip(classes, bounds[:-1], bounds[1:]):
         gs = groups[a:b]
         w = None if fmt is None else min(match_weight(fmt, s), fmt.max_raw)
-        if s == 1 and (fmt is None or w == fmt.scale):  # the weight is exactly 1: v_j itself
+        if s == 1 and one_is_exact:  # the weight is exactly 1: v_j itself
             direct[gs] = krow[kstart[gs]]
             continue
         pos = kstart[gs][:, None] + _arange(xp, s)[None, :]
         X = _take_rows(xp, V, krow[pos.reshape(-1)]).reshape(b - a, s, dv)
+        rows = slice(off, off + b - a)
         if fmt is None:
             if vmax is None:
                 lo, hi = xp.minmax(V)
@@ -418,22 +424,15 @@ def _group_sums(xp, krow, kcount, qcount, V, fmt):
                     raise EMAOverflowError(
                         f"values: an exact sum of {s} matched values of magnitude up to {max(-lo, hi)} can "
                         "exceed int64 (2^63 - 1); use smaller values or fixed-point semantics")
-            sums = X.sum(1)
-            sat = xp.zeros((b - a,))
+            sums[rows] = X.sum(1)
         else:
             g = np.gcd(fmt.scale, w) if w else fmt.scale
             inexact += int(xp.count(X % (fmt.scale // g) != 0)) if w else 0
-            P = fmt.mul(w, X)
-            sums = P.sum(1)  # |sum| <= s*(|v| w/S + 1) <= 2|v| + s: no int64 overflow (|v| <= 2^60)
-            over = (sums > fmt.max_raw) | (sums < fmt.min_raw)
-            sat = over.sum(1)
-            sums = xp.clip(sums, fmt.min_raw, fmt.max_raw)
-        parts.append(sums)
-        sat_rows.append(sat)
+            t = fmt.mul(w, X).sum(1)  # |sum| <= s(|v| w/S + 1) <= 2|v| + s: no int64 overflow (|v| <= 2^60)
+            sat_rows[rows] = ((t > fmt.max_raw) | (t < fmt.min_raw)).sum(1)
+            sums[rows] = xp.clip(t, fmt.min_raw, fmt.max_raw)
         src[gs] = _arange(xp, b - a) + off
         off += b - a
-    sums = _cat(xp, parts) if parts else xp.zeros((0, dv))
-    sat_rows = _cat(xp, sat_rows) if sat_rows else xp.zeros((0,))
     return direct, src, sums, sat_rows, inexact
 
 
@@ -467,27 +466,26 @@ def match_sums(xp, kwords, qwords, batch, batch_size: int, krows, qrows, n_out: 
     c = kcount[qg]
     count[qrow] = c
     # every query reads one row: of the values (a single key, weight exactly 1), of the group
-    # sums, or the zero row (no match). One gather in query order from the source most queries
-    # use, then the other rows.
-    n_sums = int(sums.shape[0])
+    # sums, or the zero row of sums (no match). One gather in query order from the source most
+    # queries use, then the other rows.
+    zero_row = int(sums.shape[0]) - 1
     direct_q = xp.full((n_out,), -1)
     direct_q[qrow] = direct[qg]
-    sums_q = xp.full((n_out,), n_sums)  # the zero row of ext
-    sums_q[qrow] = xp.where(src[qg] >= 0, src[qg], n_sums)
-    ext = _cat(xp, [sums, xp.zeros((1, dv))])
+    sums_q = xp.full((n_out,), zero_row)
+    sums_q[qrow] = xp.where(src[qg] >= 0, src[qg], zero_row)
     is_direct = direct_q >= 0
     if 2 * int(xp.count(is_direct)) >= n_out:
         total = _take_rows(xp, V, xp.maximum(direct_q, 0))
         rest = _nonzero(xp, ~is_direct)
-        total[rest] = _take_rows(xp, ext, sums_q[rest])
+        total[rest] = _take_rows(xp, sums, sums_q[rest])
     else:
-        total = _take_rows(xp, ext, sums_q)
+        total = _take_rows(xp, sums, sums_q)
         rest = _nonzero(xp, is_direct)
         total[rest] = _take_rows(xp, V, direct_q[rest])
     max_count = int(c.max())
     if fmt is None:
         return count, total, weight, EMAPreconditions(max_count, None, 0, 0, 0, 0)
-    saturations = int(sat_rows[sums_q[sums_q < n_sums]].sum()) if n_sums else 0
+    saturations = int(sat_rows[sums_q].sum())  # the zero row never saturates
     w, w_exact = _weights(xp, fmt, c)
     weight[qrow] = w
     fmt.counts.saturations += saturations
