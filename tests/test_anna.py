@@ -211,6 +211,23 @@ def test_checker_sampled_rows():
     assert again.as_dict() == part.as_dict()
 
 
+def test_checker_r_zero_is_exact_match():
+    """r = 0 (EMA's case): near keys are identical points, which collide in every table, so without
+    far collisions the second condition holds; far keys sharing buckets (z = 1) break both."""
+    rng = np.random.default_rng(6)
+    keys = rng.integers(0, 2, (30, 16))
+    keys[10:20] = keys[0]  # duplicates
+    queries = keys[rng.integers(0, 30, 25)]
+    for hashes, expect_far in ((40, False), (1, True)):
+        lsh = LSHAttention(BitSampling(), 16, tables=3, hashes=hashes, seed=2)
+        rep = check_conditions(lsh, queries, keys, r_sq=0, approx_c=2)
+        far, near = _conditions_by_definition(lsh, queries, keys, 0, 2)
+        assert rep.near_failures == len(near) and rep.far_failures == len(far)
+        assert (rep.far_failures > 0) == expect_far and rep.theorem is None
+        if not expect_far:
+            assert rep.near_failures == 0
+
+
 def test_near_failure_rate_falls_with_tables_as_predicted():
     """Planted pairs at Hamming distance h <= 4 in {0,1}^128, z = Thm 3.4's hashes at n = 256:
     the planted key misses every table with probability exactly (1 - (1 - h/128)^z)^ℓ. Over 12
@@ -261,7 +278,7 @@ def test_near_failure_rate_falls_with_tables_as_predicted():
         (lambda: LSHAttention(BitSampling(), 8, 1, 1)(np.zeros((2, 8), int), np.zeros((2, 8), int), np.zeros((3, 1), int)),
          r"values: must have shape \[Nk, dv\] = \[2, dv\]"),
         (lambda: check_conditions(LSHAttention(BitSampling(), 8, 1, 1), np.zeros((2, 8), int), np.zeros((2, 8), int),
-                                  r_sq=0, approx_c=2), "r_sq: must be a rational number > 0"),
+                                  r_sq=-1, approx_c=2), "r_sq: must be a rational number >= 0"),
         (lambda: check_conditions(LSHAttention(BitSampling(), 8, 1, 1), np.zeros((2, 8), int), np.zeros((2, 8), int),
                                   r_sq=1, approx_c=1), "approx_c: must be a rational number > 1"),
         (lambda: planted_data(4, 4, 8, 9), r"near_flips: must be an integer \[0, 8\]"),

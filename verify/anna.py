@@ -49,13 +49,15 @@ def _int_param(v, name: str, lo: int, hi: int | None = None) -> int:
     return int(v)
 
 
-def _fraction(v, name: str, lo_excl: Fraction) -> Fraction:
+def _fraction(v, name: str, lo: Fraction, strict: bool) -> Fraction:
+    """v as an exact Fraction > lo (strict) or >= lo."""
+    allowed = f"a rational number {'>' if strict else '>='} {lo}"
     try:
         f = Fraction(v)
     except (TypeError, ValueError):
-        raise ANNAError(f"{name}: must be a rational number > {lo_excl}, got {v!r}") from None
-    if f <= lo_excl:
-        raise ANNAError(f"{name}: must be a rational number > {lo_excl}, got {v!r}")
+        raise ANNAError(f"{name}: must be {allowed}, got {v!r}") from None
+    if f < lo or (strict and f == lo):
+        raise ANNAError(f"{name}: must be {allowed}, got {v!r}")
     return f
 
 
@@ -477,8 +479,8 @@ def check_conditions(lsh: LSHAttention, queries, keys, *, r_sq, approx_c, sample
     """Measure Def. 3.3's two conditions for Alg. 1 (``lsh``, its seed) on queries [Nq, dim] and keys
     [Nk, dim] (integer points; numpy or torch, checked on the host).
 
-    ``r_sq`` = r^2 and ``approx_c`` = c (rationals): near means Δ^2 <= r^2, far Δ^2 > c^2 r^2, both
-    decided exactly on integer squared distances. ``sample``: check that many queries drawn
+    ``r_sq`` = r^2 >= 0 and ``approx_c`` = c > 1 (rationals): near means Δ^2 <= r^2, far
+    Δ^2 > c^2 r^2, both decided exactly on integer squared distances (r = 0: near = identical). ``sample``: check that many queries drawn
     without replacement with Generator(``seed``) (None: all). Weights are exact: w_ij =
     n_ij / sum_j' n_ij', with n_ij counted over the ℓ tables and the denominator from the exact
     bucket counts. Cost O(checked * Nk * dim + ℓ (Nq + Nk) log N)."""
@@ -488,8 +490,8 @@ def check_conditions(lsh: LSHAttention, queries, keys, *, r_sq, approx_c, sample
     if R2 is not None and R2k is not None and R2 != R2k:
         raise ANNAError(f"keys: must lie on the queries' sphere (squared norm {R2}), got {R2k}")
     R2 = R2 if R2 is not None else R2k
-    r2 = _fraction(r_sq, "r_sq", Fraction(0))
-    c = _fraction(approx_c, "approx_c", Fraction(1))
+    r2 = _fraction(r_sq, "r_sq", Fraction(0), strict=False)
+    c = _fraction(approx_c, "approx_c", Fraction(1), strict=True)
     cr2 = c * c * r2
     near_max, mid_max = math.floor(r2), math.floor(cr2)  # integer Δ^2: Δ^2 <= x  <=>  Δ^2 <= floor(x)
     Nq, Nk = Q.shape[0], K.shape[0]

@@ -34,6 +34,8 @@ result is exact, hence identical across backends.
 
 from __future__ import annotations
 
+import os
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
@@ -46,6 +48,9 @@ from exactformer.precision._xp import NP, is_torch, torch_xp
 INT64_MAX = (1 << 63) - 1
 ID_BITS = 62  # packed ids stay below 2^62
 MAX_ROWS = 1 << 31  # ranks of at most 2^31 rows fit 31 bits, two of them one id
+THREADS = max(1, min(8, os.cpu_count() or 1))  # numpy row gathers run in this many threads
+PARALLEL_ROWS = 1 << 15  # ... when they move at least this many rows
+_POOL: list[ThreadPoolExecutor] = []
 
 
 class EMAError(ValueError):
@@ -99,6 +104,37 @@ def _rank(xp, x):
 
 def _take_rows(xp, x, idx):
     return xp.t.index_select(x, 0, idx) if xp.torch else np.take(x, idx, axis=0, mode="clip")
+
+
+def _in_threads(fn, n: int) -> None:
+    """fn(a, b) over THREADS disjoint slices of range(n), in a thread pool (numpy releases the GIL)."""
+    if not _POOL:
+        _POOL.append(ThreadPoolExecutor(THREADS))
+    cuts = [n * t // THREADS for t in range(THREADS + 1)]
+    for f in [_POOL[0].submit(fn, a, b) for a, b in zip(cuts[:-1], cuts[1:])]:
+        f.result()
+
+
+def _gather_rows(xp, x, idx):
+    """x[idx] (rows); numpy gathers of many rows are split over THREADS threads."""
+    n = int(idx.shape[0])
+    if xp.torch or THREADS == 1 or n < PARALLEL_ROWS:
+        return _take_rows(xp, x, idx)
+    out = np.empty((n,) + x.shape[1:], dtype=x.dtype)
+    _in_threads(lambda a, b: np.take(x, idx[a:b], axis=0, out=out[a:b], mode="clip"), n)
+    return out
+
+
+def _scatter_rows(xp, dst, rows, x, idx) -> None:
+    """dst[rows] = x[idx] (rows; ``rows`` distinct), split over threads like :func:`_gather_rows`."""
+    n = int(rows.shape[0])
+    if xp.torch or THREADS == 1 or n < PARALLEL_ROWS:
+        dst[rows] = _take_rows(xp, x, idx)
+        return
+
+    def part(a, b):
+        dst[rows[a:b]] = np.take(x, idx[a:b], axis=0, mode="clip")
+    _in_threads(part, n)
 
 
 def exact_ids(xp, words, batch=None, batch_size: int = 1):
@@ -412,7 +448,7 @@ def _group_sums(xp, krow, kcount, qcount, V, fmt):
             direct[gs] = krow[kstart[gs]]
             continue
         pos = kstart[gs][:, None] + _arange(xp, s)[None, :]
-        X = _take_rows(xp, V, krow[pos.reshape(-1)]).reshape(b - a, s, dv)
+        X = _gather_rows(xp, V, krow[pos.reshape(-1)]).reshape(b - a, s, dv)
         rows = slice(off, off + b - a)
         if fmt is None:
             if vmax is None:
@@ -475,13 +511,13 @@ def match_sums(xp, kwords, qwords, batch, batch_size: int, krows, qrows, n_out: 
     sums_q[qrow] = xp.where(src[qg] >= 0, src[qg], zero_row)
     is_direct = direct_q >= 0
     if 2 * int(xp.count(is_direct)) >= n_out:
-        total = _take_rows(xp, V, xp.maximum(direct_q, 0))
+        total = _gather_rows(xp, V, xp.maximum(direct_q, 0))
         rest = _nonzero(xp, ~is_direct)
-        total[rest] = _take_rows(xp, sums, sums_q[rest])
+        _scatter_rows(xp, total, rest, sums, sums_q[rest])
     else:
-        total = _take_rows(xp, sums, sums_q)
+        total = _gather_rows(xp, sums, sums_q)
         rest = _nonzero(xp, is_direct)
-        total[rest] = _take_rows(xp, V, direct_q[rest])
+        _scatter_rows(xp, total, rest, V, direct_q[rest])
     max_count = int(c.max())
     if fmt is None:
         return count, total, weight, EMAPreconditions(max_count, None, 0, 0, 0, 0)
