@@ -24,13 +24,13 @@ from __future__ import annotations
 
 import math
 from abc import ABC, abstractmethod
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
 import numpy as np
 
-from exactformer.precision._xp import NP, is_torch, torch_xp
+from exactformer.precision._xp import NP
 from exactformer.verify.ema import EMAError, _arange, _backend, _cat, _int_array, _numpy, match_sums
 
 GAUSS_BITS = 20  # integer Gaussians: round(2^20 * N(0, 1)) -- exact dot products in float64
