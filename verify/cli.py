@@ -128,6 +128,15 @@ def _register_sizes() -> None:
 _register_sizes()
 
 
+def _register_attention() -> None:
+    from exactformer.verify.cli_attention import attention
+
+    app.command("attention", help="EMA, ANNA (LSH, Alg. 1) or dense attention on generated data, checked.")(attention)
+
+
+_register_attention()
+
+
 # ------------------------------------------------------------------------------------------------
 # exactformer build
 # ------------------------------------------------------------------------------------------------
