@@ -5,7 +5,7 @@ machines are 0-based (P2 is 1-based; the docs translate). ⊥ is the word −1.
 
 * :func:`match2` — P2 Def. 5.1 / Thm 5.2: one round, one ``exists`` table.
 * :func:`k_hop` — P2 Def. 5.5 / Thm 5.6 (and Def. 5.3 / Thm 5.4 for ``hops = 1``, see
-  :func:`induction_heads`): σ by a B-ary existence search, then pointer doubling.
+  :func:`induction_heads`): σ by a B-ary block search in two rounds, then pointer doubling.
 * :func:`prefix_sums` — push-only (a Def-2.3 MPC protocol): B-ary up-sweep and down-sweep.
 * :func:`sort` — push-only Columnsort (Leighton 1985): gather, four local sorts with three fixed
   permutations, scatter; 5 rounds.
@@ -80,77 +80,73 @@ def match2(n: int, modulus: int) -> Protocol:
 
 
 def _sigma_rounds(n: int, B: int) -> tuple[list[Round], Callable[[Memory], np.ndarray]]:
-    """The L = ceil(log_B n) rounds of the B-ary existence search and the local map that turns the
-    memory after the last of them into σ (0-based: σ(p) = 1 + last q < p with w_q = w_p, −1 if none).
+    """Two rounds (one if n <= B) computing σ, and the local map that reads σ from the memory after
+    them (0-based: σ(p) = 1 + last q < p with w_q = w_p, −1 if none).
 
-    Level-ℓ block of position p (ℓ = 1..L, level L = single positions): a_ℓ(p) = ⌊p / B^{L−ℓ}⌋.
-    [0, p) is the disjoint union over ℓ of the left siblings a_ℓ(p) − t, 1 <= t <= a_ℓ(p) mod B, and
-    deeper levels lie to the right of shallower ones.
+    Blocks: L = ceil(log_B n) levels; the level-ℓ block of position p is a_ℓ(p) = ⌊p / B^{L−ℓ}⌋
+    (level L = single positions). [0, p) is the disjoint union over ℓ of p's *left siblings*
+    a_ℓ(p) − t, 1 <= t <= a_ℓ(p) mod B, deeper levels to the right of shallower ones; likewise the
+    rest of p's level-ℓ block after p is the union of its *right siblings* a_ℓ′(p) + t at the levels
+    ℓ′ > ℓ, t <= B − 1 − a_ℓ′(p) mod B.
 
-    * round ``search``: tables E_ℓ (exists, key (w_j, a_ℓ(j))); machine p asks (w_p, a_ℓ(p) − t) for
-      t = 1..B−1 where t <= a_ℓ(p) mod B. The deepest level with a hit and there the smallest t name
-      the block that holds the last earlier occurrence (state lvl, blk; lvl = −1: none).
-    * rounds ``descend-λ`` (λ = 2..L): machines whose block is at level λ−1 ask table D_λ (key
-      (w_j, a_λ(j))) for their children u = 1..B−1; they move to the largest child with a hit, child 0
-      if none (the block is known to hold an occurrence). After the round's results are read every
-      block is a single position prev(p) and σ(p) = prev(p) + 1.
-    """
+    * round ``next`` (exists tables R_ℓ′, ℓ′ = 2..L, key (w_j, a_ℓ′(j))): machine j asks for w_j in
+      each right sibling. With ℓ_j the deepest level of a hit (0 if none), j is the last occurrence
+      of w_j in its level-ℓ block exactly for ℓ >= ℓ_j.
+    * round ``prev`` (unique tables U_ℓ, ℓ = 1..L): j publishes key (w_j, a_ℓ(j)) with record j for
+      every ℓ >= ℓ_j — one publisher per key: the last occurrence of w_j in that block; machine p
+      looks up (w_p, a_ℓ(p) − t) for its left siblings. The hit at the deepest level, nearest
+      sibling (smallest t) is the last earlier occurrence prev(p); σ(p) = prev(p) + 1.
+
+    This replaces the level-by-level descent of spec §B.7 (L − 1 further rounds) by one round of
+    unique reads: 2 rounds for every B, with (L − 1)(B − 1) and L(B − 1) heads."""
     L = levels(n, B)
     span = [B ** (L - lev) for lev in range(L + 1)]  # span[ℓ] = block size at level ℓ
     ids = _ids(n)
-    us = np.arange(1, B, dtype=np.int64)  # children / siblings u = 1..B−1
+    us = np.arange(1, B, dtype=np.int64)  # siblings t = 1..B−1
 
-    def settle(mem: Memory, done: int) -> tuple[np.ndarray, np.ndarray]:
-        """(lvl, blk) once the results of σ-round ``done`` (1 = search) are read."""
-        if done == 1:
-            lvl = np.full(mem["w"].shape, -1, dtype=np.int64)
-            blk = np.full(mem["w"].shape, -1, dtype=np.int64)
-            for lev in range(1, L + 1):
-                hit = mem[f"hit{lev}"] == 1  # [B, n, B−1], t = 1..B−1
-                found = hit.any(axis=-1)
-                t = hit.argmax(axis=-1) + 1
-                lvl = np.where(found, lev, lvl)
-                blk = np.where(found, ids // span[lev] - t, blk)
-            return lvl, blk
-        lvl, blk = mem["lvl"], mem["blk"]
-        moving = lvl == done - 1
-        u = np.max((mem["child"] == 1) * us, axis=-1)
-        return np.where(moving, done, lvl), np.where(moving, blk * B + u, blk)
+    def pairs(w: np.ndarray, blocks: np.ndarray, ok: np.ndarray) -> np.ndarray:
+        """Keys (w, block) [B, n, B−1, 2], ⊥ where not ``ok``."""
+        q = np.stack(np.broadcast_arrays(w[..., None], blocks), axis=-1)
+        return np.where(ok[..., None], q, -1)
 
-    def search(mem: Memory) -> Step:
+    def nxt(mem: Memory) -> Step:
         w = mem["w"]
+        pub, look = {}, {}
+        for lev in range(2, L + 1):
+            a = ids // span[lev]
+            pub[f"R{lev}"] = Publish(key=np.stack(np.broadcast_arrays(w, a), axis=-1))
+            look[f"R{lev}"] = pairs(w, a[..., None] + us, np.broadcast_to(us <= B - 1 - (a % B)[..., None], w.shape + us.shape))
+        return Step({"w": w}, publish=pub, lookup=look)
+
+    def prev(mem: Memory) -> Step:
+        w = mem["w"]
+        deepest = np.zeros(w.shape, dtype=np.int64)
+        for lev in range(2, L + 1):
+            deepest = np.where((mem[f"right{lev}"] == 1).any(axis=-1), lev, deepest)
         pub, look = {}, {}
         for lev in range(1, L + 1):
             a = ids // span[lev]
-            pub[f"E{lev}"] = Publish(key=np.stack(np.broadcast_arrays(w, a), axis=-1))
-            sib = a[..., None] - us  # [1, n, B−1]
-            ok = us <= (a % B)[..., None]
-            q = np.stack(np.broadcast_arrays(w[..., None], np.where(ok, sib, -1)), axis=-1)
-            look[f"E{lev}"] = np.where(ok[..., None], q, -1)
+            pub[f"U{lev}"] = Publish(words=np.broadcast_to(ids, w.shape), key=np.stack(np.broadcast_arrays(w, a), axis=-1),
+                                     present=deepest <= lev)
+            look[f"U{lev}"] = pairs(w, a[..., None] - us, np.broadcast_to(us <= (a % B)[..., None], w.shape + us.shape))
         return Step({"w": w}, publish=pub, lookup=look)
 
-    def descend(lam: int):
-        def step(mem: Memory) -> Step:
-            w = mem["w"]
-            lvl, blk = settle(mem, lam - 1)
-            asking = (lvl == lam - 1)[..., None]
-            q = np.stack(np.broadcast_arrays(w[..., None], blk[..., None] * B + us), axis=-1)
-            key = np.stack(np.broadcast_arrays(w, ids // span[lam]), axis=-1)
-            return Step({"w": w, "lvl": lvl, "blk": blk}, publish={f"D{lam}": Publish(key=key)},
-                        lookup={f"D{lam}": np.where(asking[..., None], q, -1)})
-
-        return step
-
-    rounds = [Round("search", search, tables=tuple(
-        Table(f"E{lev}", "exists", f"hit{lev}", lookups=B - 1, key_words=2, max_matches=min(n, span[lev]))
-        for lev in range(1, L + 1)))]
-    for lam in range(2, L + 1):
-        rounds.append(Round(f"descend-{lam}", descend(lam), tables=(
-            Table(f"D{lam}", "exists", "child", lookups=B - 1, key_words=2, max_matches=min(n, span[lam])),)))
+    rounds = []
+    if L >= 2:
+        rounds.append(Round("next", nxt, tables=tuple(
+            Table(f"R{lev}", "exists", f"right{lev}", lookups=B - 1, key_words=2, max_matches=min(n, span[lev]))
+            for lev in range(2, L + 1))))
+    rounds.append(Round("prev", prev, tables=tuple(
+        Table(f"U{lev}", "unique", f"left{lev}", lookups=B - 1, key_words=2, value_words=1) for lev in range(1, L + 1))))
 
     def sigma(mem: Memory) -> np.ndarray:
-        lvl, blk = settle(mem, L)
-        return np.where(lvl == L, blk + 1, -1)
+        out = np.full(mem["w"].shape, -1, dtype=np.int64)
+        for lev in range(1, L + 1):  # deeper levels overwrite: they lie closer to p
+            left = mem[f"left{lev}"]  # [B, n, B−1]: last occurrence in sibling t = 1..B−1
+            hit = left >= 0
+            t = hit.argmax(axis=-1)
+            out = np.where(hit.any(axis=-1), np.take_along_axis(left, t[..., None], axis=-1)[..., 0] + 1, out)
+        return out
 
     return rounds, sigma
 
@@ -172,16 +168,17 @@ def k_hop(n: int, hops: int, alphabet: int, branching: int = 2, name: str = "k-h
     w_j = w_i, with w_0 = ⊥); σ^k is the k-fold composition with ⊥ absorbing, so the second hop
     searches before σ(p), not before p. Rounds:
 
-    * L = ceil(log_B n) rounds computing σ (:func:`_sigma_rounds`);
+    * min(L, 2) rounds computing σ (:func:`_sigma_rounds`; L = ceil(log_B n));
     * pointer doubling over the bits b_0..b_T of k (T = ⌊log₂ k⌋): P = σ^{2^t}, A = σ^{k mod 2^t};
       rounds ``double-j`` (j = 1..T) read P at P(p) (P ← P∘P) and, if b_{j−1} (j >= 2), P at A(p)
       (A ← P∘A) from a positional unique table; round ``final`` reads P at A(p) for the top bit;
       bit 0 is local (A = σ or the identity);
     * round ``token`` reads w at σ^k(p).
 
-    Rounds: L + 1 for k = 1, L + T + 2 for k >= 2 (<= ceil(log_B N) + ⌊log₂ k⌋ + 2). Heads per
-    round: L(B−1) (search), B−1 (descents), at most 2 (doubling), 1 (token). Tokens enter only
-    through equality of key words, so every input is covered by its equality pattern."""
+    Rounds: min(L, 2) + 1 for k = 1 and min(L, 2) + T + 2 for k >= 2 — at most
+    ceil(log_B N) + ⌊log₂ k⌋ + 2. Heads per round: (L−1)(B−1) (``next``), L(B−1) (``prev``), at most
+    2 (doubling), 1 (token). Tokens enter only through equality of key words, so every input is
+    covered by its equality pattern."""
     n = _check_param(n, "n", 1, "sequence length N")
     k = _check_param(hops, "hops", 1, "number of hops k")
     S = _check_param(alphabet, "alphabet", 1, "|Σ|: tokens are integers in [0, |Σ|)")
@@ -223,7 +220,7 @@ def k_hop(n: int, hops: int, alphabet: int, branching: int = 2, name: str = "k-h
             Table("ptr", "unique", "ptr", lookups=1, key_words=0, value_words=1),)))
         rounds.append(_token_round("token", "answer", lambda mem: mem["ptr"][..., 0]))
 
-    memory = max(1 + L * (B - 1), 2 * L, B + 3, 6)
+    memory = max(3 * L, 1 + L * (B - 1), 6)
     p = bits_for(max(S, n + B))
     return Protocol(name, n, p, memory, init, tuple(rounds), lambda mem: mem["answer"][..., 0].copy(),
                     {"n": n, "hops": k, "alphabet": S, "branching": B})
@@ -231,7 +228,7 @@ def k_hop(n: int, hops: int, alphabet: int, branching: int = 2, name: str = "k-h
 
 def induction_heads(n: int, alphabet: int, branching: int = 2) -> Protocol:
     """Induction heads (P2 Def. 5.3, Thm 5.4): w_{σ(p)} at every position — :func:`k_hop` with k = 1:
-    L + 1 rounds (the search, L − 1 descents, the token read)."""
+    3 rounds (2 if n <= B) for every n, with at most L(B − 1) heads per round."""
     return k_hop(n, 1, alphabet, branching, name="induction-heads")
 
 

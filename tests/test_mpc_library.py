@@ -9,7 +9,6 @@ import math
 import numpy as np
 import pytest
 
-import ema_standin  # noqa: F401  (until verify/ema.py lands; see the file)
 from exactformer.constructions.mpc import ProtocolError
 from exactformer.constructions.mpc_compile import resources
 from exactformer.constructions.mpc_library import columnsort_shape, induction_heads, k_hop, levels, match2, prefix_sums, sort
@@ -150,18 +149,22 @@ def test_k_hop_random_and_long_inputs():
 
 
 def test_round_counts():
-    """Induction heads: L + 1 rounds; k-hop: <= ceil(log_B N) + ⌊log₂ k⌋ + 2 (= for k >= 2)."""
+    """Induction heads: 3 rounds (2 when N <= B); k-hop: min(L, 2) + ⌊log₂ k⌋ + 2 for k >= 2, within
+    the bound ceil(log_B N) + ⌊log₂ k⌋ + 2; heads (L−1)(B−1) and L(B−1) in the two σ rounds."""
     for n in (1, 2, 5, 8, 9, 100, 1 << 10, 1 << 20):
         for B in (2, 3, 16):
             L = levels(n, B)
             assert B**L >= n and (L == 1 or B ** (L - 1) < n)
-            assert len(induction_heads(n, 4, B).rounds) == L + 1
+            sig = min(L, 2)
+            assert len(induction_heads(n, 4, B).rounds) == sig + 1
             for k in (1, 2, 3, 7, 8, 1000, 1024):
                 R = len(k_hop(n, k, 4, B).rounds)
                 assert R <= L + math.floor(math.log2(k)) + 2
-                assert R == (L + 1 if k == 1 else L + k.bit_length() + 1)
+                assert R == (sig + 1 if k == 1 else sig + k.bit_length() + 1)
     r = resources(k_hop(1 << 16, 1024, 1 << 16))
-    assert r.layers == 16 + 10 + 2 and r.heads[0] == 16 and set(r.heads[1:16]) == {1} and r.max_heads == 16
+    assert r.layers == 2 + 10 + 2 and r.heads[:2] == (15, 16) and set(r.heads[2:]) <= {1, 2}
+    r = resources(induction_heads(1 << 20, 4, 32))  # the spec's example N = 2^20, B = 32: L = 4
+    assert r.layers == 3 and r.heads == (3 * 31, 4 * 31, 1)
 
 
 def test_match2_exhaustive_small():

@@ -11,6 +11,9 @@ data, never assumed; ``generic=True`` sends every head through the kernel):
   of keys equal to j, so the count and the sum are a scatter-add over the keys; in fixed point
   out_j = sat(Σ_{i: k_i = j} fmt.mul(⌊S/c_j⌋, v_i)), term by term as the kernel defines it.
 
+Both need the weight 1 to be representable (S <= max_raw); the scatter also floor rounding (the
+kernel's weights under nearest-even rounding are round(S/c)); otherwise the kernel runs.
+
 Per head the executor records the largest match count and, in fixed point, the matches lost to
 S < c (``lost``: queries with c >= 1 whose weight ⌊S/c⌋ is 0).
 """
@@ -92,7 +95,9 @@ def attend(head: Head, state: State, n: int, fmt: FixedPoint | None, generic: bo
             raise EMAProgramError(f"head {head.name!r}: value words in [{int(v.min())}, {int(v.max())}] are not "
                                   f"representable in {fmt.name}")
         v = v * S
-    if not generic and _positional(k, kmask, n):
+    exact_one = fmt is None or fmt.scale <= fmt.max_raw  # weight 1 representable: one match reads v_j itself
+    floor = fmt is None or not fmt.nearest
+    if not generic and exact_one and _positional(k, kmask, n):
         stats.path = "gather"
         q0 = q[..., 0]
         hit = qmask & (q0 < n)
@@ -101,7 +106,8 @@ def attend(head: Head, state: State, n: int, fmt: FixedPoint | None, generic: bo
         count = hit.astype(np.int64)
         total = np.take_along_axis(v, tgt[..., None], axis=1) * count[..., None]
         weight = None if fmt is None else count * fmt.scale
-    elif not generic and _positional(q, qmask, n) and (fmt is None or n * fmt.bound < (1 << 62)):
+    elif (not generic and exact_one and floor and _positional(q, qmask, n)
+          and (fmt is None or n * fmt.bound < (1 << 62))):
         stats.path = "scatter"
         k0 = k[..., 0]
         live = kmask & (k0 < n)
