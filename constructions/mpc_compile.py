@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from exactformer.constructions.ema_program import EMAProgram, Head, HeadOut, Layer, State
-from exactformer.constructions.mpc import Protocol, Round, Table
+from exactformer.constructions.mpc import Protocol, Round, Table, present_rows
 
 DEST, SLOT, WORD, RANK = "@send.dest", "@send.slot", "@send.word", "@send.rank"
 
@@ -72,9 +72,8 @@ def _dest_ranks(dest: np.ndarray) -> np.ndarray:
 
 def _pre(rnd: Round, n: int):
     """Layer pre-map: the round's step, with its operations stored as transient fields."""
-    ids = np.arange(n, dtype=np.int64)[None, :]
-
     def pre(state: State) -> State:
+        ids = np.arange(n, dtype=np.int64)[None, :]
         st = rnd.step(state)
         new = dict(st.memory)
         some = next(iter(state.values()))
@@ -93,7 +92,7 @@ def _pre(rnd: Round, n: int):
                 key = np.full((B, n, kappa), -1, dtype=np.int64)
             else:
                 key = np.broadcast_to(ids, (B, n))[..., None] if t.positional else _as3(pub.key)
-                present = (key >= 0).all(axis=-1)
+                present = present_rows(key)
                 if pub.present is not None:
                     present = present & np.asarray(pub.present, dtype=bool)
                 key = np.where(present[..., None], key, -1)
@@ -113,10 +112,8 @@ def _pre(rnd: Round, n: int):
 
 
 def _send_head(h: int, slots: int, n: int) -> Head:
-    ids = np.arange(n, dtype=np.int64)[None, :, None]
-
     def query(state: State) -> np.ndarray:
-        return np.broadcast_to(ids, state[DEST].shape[:2] + (1,))
+        return np.broadcast_to(np.arange(n, dtype=np.int64)[None, :, None], state[DEST].shape[:2] + (1,))
 
     def key(state: State) -> np.ndarray:
         return np.where(state[RANK] == h, state[DEST], -1).max(axis=-1)[..., None]
@@ -159,7 +156,7 @@ def _post(rnd: Round, n_send: int):
             new[rnd.inbox] = inbox
         k = n_send
         for t in rnd.tables:
-            asked = (state[_look(t)] >= 0).all(axis=-1)  # [B, n, λ]
+            asked = present_rows(state[_look(t)])  # [B, n, λ]
             res = []
             for u in range(t.lookups):
                 out = outs[k + u]

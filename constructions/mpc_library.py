@@ -101,24 +101,27 @@ def _sigma_rounds(n: int, B: int) -> tuple[list[Round], Callable[[Memory], np.nd
     unique reads: 2 rounds for every B, with (L − 1)(B − 1) and L(B − 1) heads."""
     L = levels(n, B)
     span = [B ** (L - lev) for lev in range(L + 1)]  # span[ℓ] = block size at level ℓ
-    ids = _ids(n)
     us = np.arange(1, B, dtype=np.int64)  # siblings t = 1..B−1
 
     def pairs(w: np.ndarray, blocks: np.ndarray, ok: np.ndarray) -> np.ndarray:
-        """Keys (w, block) [B, n, B−1, 2], ⊥ where not ``ok``."""
-        q = np.stack(np.broadcast_arrays(w[..., None], blocks), axis=-1)
-        return np.where(ok[..., None], q, -1)
+        """Keys (w, block) [B, n, B−1, 2], ⊥ where not ``ok`` ([1, n, B−1])."""
+        q = np.empty(w.shape + (B - 1, 2), dtype=np.int64)
+        q[..., 0] = np.where(ok, w[..., None], -1)
+        q[..., 1] = np.where(ok, blocks, -1)
+        return q
 
     def nxt(mem: Memory) -> Step:
+        ids = _ids(n)
         w = mem["w"]
         pub, look = {}, {}
         for lev in range(2, L + 1):
             a = ids // span[lev]
             pub[f"R{lev}"] = Publish(key=np.stack(np.broadcast_arrays(w, a), axis=-1))
-            look[f"R{lev}"] = pairs(w, a[..., None] + us, np.broadcast_to(us <= B - 1 - (a % B)[..., None], w.shape + us.shape))
+            look[f"R{lev}"] = pairs(w, a[..., None] + us, us <= B - 1 - (a % B)[..., None])
         return Step({"w": w}, publish=pub, lookup=look)
 
     def prev(mem: Memory) -> Step:
+        ids = _ids(n)
         w = mem["w"]
         deepest = np.zeros(w.shape, dtype=np.int64)
         for lev in range(2, L + 1):
@@ -128,7 +131,7 @@ def _sigma_rounds(n: int, B: int) -> tuple[list[Round], Callable[[Memory], np.nd
             a = ids // span[lev]
             pub[f"U{lev}"] = Publish(words=np.broadcast_to(ids, w.shape), key=np.stack(np.broadcast_arrays(w, a), axis=-1),
                                      present=deepest <= lev)
-            look[f"U{lev}"] = pairs(w, a[..., None] - us, np.broadcast_to(us <= (a % B)[..., None], w.shape + us.shape))
+            look[f"U{lev}"] = pairs(w, a[..., None] - us, us <= (a % B)[..., None])
         return Step({"w": w}, publish=pub, lookup=look)
 
     rounds = []
@@ -187,7 +190,6 @@ def k_hop(n: int, hops: int, alphabet: int, branching: int = 2, name: str = "k-h
     T = k.bit_length() - 1
     bit = [(k >> j) & 1 for j in range(T + 1)]
     rounds, sigma = _sigma_rounds(n, B)
-    ids = _ids(n)
 
     def init(x: np.ndarray) -> Memory:
         return {"w": x}
@@ -197,6 +199,7 @@ def k_hop(n: int, hops: int, alphabet: int, branching: int = 2, name: str = "k-h
     else:
         def doubling(j: int):
             def step(mem: Memory) -> Step:
+                ids = _ids(n)
                 w = mem["w"]
                 if j == 1:
                     P = sigma(mem)
@@ -253,7 +256,6 @@ def prefix_sums(n: int, word_bits: int, fan_in: int = 2) -> Protocol:
     B = _check_param(fan_in, "fan_in", 2, "B, children per tree node")
     L = levels(n, B)
     mod = 1 << p
-    ids = _ids(n)
 
     def init(x: np.ndarray) -> Memory:
         return {"x": x}
@@ -263,6 +265,7 @@ def prefix_sums(n: int, word_bits: int, fan_in: int = 2) -> Protocol:
 
     def up(lev: int):
         def step(mem: Memory) -> Step:
+            ids = _ids(n)
             new = kept(mem)
             if lev == 1:
                 value = mem["x"]
@@ -280,6 +283,7 @@ def prefix_sums(n: int, word_bits: int, fan_in: int = 2) -> Protocol:
 
     def down(lev: int):
         def step(mem: Memory) -> Step:
+            ids = _ids(n)
             new = kept(mem)
             if lev == L:
                 new[f"kids{L}"] = mem["inbox"]
@@ -360,13 +364,13 @@ def sort(n: int, value_bits: int) -> Protocol:
     p = ((1 << vb) * n).bit_length()
     INF = (1 << p) - 1
     BIG = np.int64(1) << 62
-    ids = _ids(n)
     half = r // 2
 
     def init(x: np.ndarray) -> Memory:
         return {"x": x}
 
     def gather(mem: Memory) -> Step:
+        ids = _ids(n)
         x = mem["x"]
         item = x * n + ids
         shape = x.shape

@@ -26,6 +26,7 @@ from typing import Iterator
 import numpy as np
 
 from exactformer.constructions.ema_program import EMAProgram, Head, HeadOut, State
+from exactformer.constructions.mpc import present_rows
 from exactformer.precision import FixedPoint, Format
 from exactformer.verify.ema import exact_match_attention
 
@@ -87,7 +88,7 @@ def attend(head: Head, state: State, n: int, fmt: FixedPoint | None, generic: bo
     q = _words(head.query(state), f"head {head.name!r}: query", B, n, head.key_words)
     k = _words(head.key(state), f"head {head.name!r}: key", B, n, head.key_words)
     v = _words(head.value(state), f"head {head.name!r}: value", B, n, head.value_words)
-    qmask, kmask = (q >= 0).all(axis=-1), (k >= 0).all(axis=-1)
+    qmask, kmask = present_rows(q), present_rows(k)
     stats = HeadStats(head.name)
     if fmt is not None:
         S = fmt.scale

@@ -17,7 +17,17 @@ from typing import Iterator
 
 import numpy as np
 
-from exactformer.constructions.mpc import RESERVED_PREFIX, Memory, Protocol, Publish, Round, Send, Step, Table
+from exactformer.constructions.mpc import (
+    RESERVED_PREFIX,
+    Memory,
+    Protocol,
+    Publish,
+    Round,
+    Send,
+    Step,
+    Table,
+    present_rows,
+)
 
 INIT = "init"
 
@@ -130,14 +140,6 @@ class _Checker:
         if over.any():
             at = _first(over)
             self.fail(limit, f"{what} {int(count[at])} > {bound}", at)
-
-
-def _all_words(a: np.ndarray) -> np.ndarray:
-    """Rows (last axis) with no ⊥ word (a loop over the short last axis beats a reduction)."""
-    out = a[..., 0] >= 0
-    for j in range(1, a.shape[-1]):
-        out &= a[..., j] >= 0
-    return out
 
 
 def _words(a: np.ndarray) -> np.ndarray:
@@ -285,7 +287,7 @@ def _resolve_table(chk: _Checker, t: Table, pub: Publish | None, look, B: int, n
         else:
             q = chk.array(look, f"lookup keys of table {t.name!r}", B, (4,), {2: t.lookups, 3: kappa})
         chk.words(q, f"lookup key of table {t.name!r}", allow_empty=True)
-    asked = _all_words(q)  # [B, n, λ]
+    asked = present_rows(q)  # [B, n, λ]
     # --- publishers ------------------------------------------------------------------------------
     published = zero
     if pub is None:
@@ -308,7 +310,7 @@ def _resolve_table(chk: _Checker, t: Table, pub: Publish | None, look, B: int, n
             if key.shape[2] != kappa:
                 chk.fail("key words", f"Publish.key of table {t.name!r} has {key.shape[2]} words, declared {kappa}")
             chk.words(key, f"Publish.key of table {t.name!r}", allow_empty=True)
-            present = _all_words(key)
+            present = present_rows(key)
         if pub.present is not None:
             pm = np.asarray(pub.present)
             if pm.dtype != bool or pm.shape != (B, n):
