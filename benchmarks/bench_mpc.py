@@ -21,26 +21,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
 import time
 
 import numpy as np
+from bench_index_lookup import _machine  # benchmarks/ is on sys.path when run as a script
 
 from exactformer.verify import ema_program, mpc
 from exactformer.verify.mpc_check import build
-
-
-def _machine() -> str:
-    cpu = platform.processor() or platform.machine()
-    try:
-        for line in open("/proc/cpuinfo"):
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return f"{cpu}, {os.cpu_count()} cores"
 
 
 def _timed(fn):

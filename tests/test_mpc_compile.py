@@ -51,6 +51,13 @@ def test_invariant_on_every_equality_pattern(branching):
         assert cex is None, cex.describe()
 
 
+def test_induction_heads_on_all_bell_9_patterns():
+    """Bell(9) = 21,147 equality patterns: every string of length 9 over every alphabet (Bell(10) runs
+    in benchmarks/bench_mpc.py --case rgs)."""
+    rep = build("induction-heads", 9).verify("exhaustive")
+    assert rep.passed and rep.inputs == 21147 and rep.levels == ["mpc", "ideal", "binary:int=4,frac=2", "truth"]
+
+
 def test_invariant_for_push_protocols():
     rng = np.random.default_rng(0)
     for p, x, truth in (
@@ -142,6 +149,18 @@ def test_key_off_by_one_is_caught_at_its_round(layer, head, field):
     assert differential(p, model.program, x, k_hop_truth(x, 3), (None,)) is None  # the original passes
 
 
+def test_a_dropped_field_is_caught():
+    model = build("induction-heads", 6)
+    lay = model.program.layers[0]
+
+    def post(state, outs, f=lay.post):
+        return {k: v for k, v in f(state, outs).items() if k != "w"}
+
+    bad = dataclasses.replace(model.program, layers=(dataclasses.replace(lay, post=post),) + model.program.layers[1:])
+    cex = differential(model.protocol, bad, np.zeros((1, 6), dtype=np.int64), None)
+    assert (cex.kind, cex.round, cex.field, cex.expected, cex.got) == ("invariant", 1, "w", "(shape [1, 6])", "(field missing)")
+
+
 def test_fixed_point_below_the_match_count_is_caught():
     model = build("k-hop", 16, hops=2, alphabet=4)
     fmt = model.fmt
@@ -159,6 +178,15 @@ def test_fixed_point_below_the_match_count_is_caught():
     assert m2.fmt.name == "binary:int=6,frac=5"
     rep = m2.verify("adversarial", formats=[FixedPoint.binary(6, 4)])
     assert not rep.passed and rep.counterexample.source == "all-zero" and rep.counterexample.field == "match"
+
+
+def test_only_fixed_point_formats_are_semantics():
+    from exactformer.precision import Float64
+    from exactformer.verify.ema import EMAError
+
+    model = build("match2", 4, modulus=5)
+    with pytest.raises(EMAError, match="FixedPoint"):
+        ema_program.run(model.program, np.zeros((1, 4), dtype=np.int64), Float64)
 
 
 def test_format_without_room_for_the_words_is_reported():

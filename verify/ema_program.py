@@ -28,11 +28,11 @@ import numpy as np
 from exactformer.constructions.ema_program import EMAProgram, Head, HeadOut, State
 from exactformer.constructions.mpc import present_rows
 from exactformer.precision import FixedPoint, Format
-from exactformer.verify.ema import exact_match_attention
+from exactformer.verify.ema import _check_fmt, exact_match_attention
 
 
 class EMAProgramError(ValueError):
-    """Bad arguments (inputs, format) or a head whose values the format cannot hold."""
+    """Bad inputs, or a head whose values the fixed-point format cannot hold."""
 
 
 @dataclass
@@ -57,16 +57,6 @@ class LayerState:
 class ProgramResult:
     outputs: np.ndarray  # [B, n] int64, −1 = ⊥
     heads: list[list[HeadStats]]  # per layer
-
-
-def _check_format(fmt: Format | None) -> FixedPoint | None:
-    if fmt is None:
-        return None
-    if not isinstance(fmt, FixedPoint):
-        raise EMAProgramError(f"fmt must be None (ideal semantics) or a FixedPoint format, got {fmt!r}")
-    if not fmt.int64_mode:
-        raise EMAProgramError(f"fmt {fmt.name} needs raw values beyond int64; use a format with |raw| <= 2^60")
-    return fmt
 
 
 def _words(a, what: str, B: int, n: int, width: int) -> np.ndarray:
@@ -152,7 +142,7 @@ def check_inputs(program: EMAProgram, inputs) -> np.ndarray:
 
 def trace(program: EMAProgram, inputs, fmt: Format | None = None, generic: bool = False) -> Iterator[LayerState]:
     """The state after ``init`` (layer 0) and after every layer."""
-    fmt = _check_format(fmt)
+    fmt = _check_fmt(fmt)  # the kernel's own check (EMAError): None or an int64-mode FixedPoint
     x = check_inputs(program, inputs)
     state = program.init(x)
     yield LayerState(0, "init", state)

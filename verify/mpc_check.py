@@ -32,6 +32,7 @@ from exactformer.constructions.mpc import Protocol
 from exactformer.constructions.mpc_compile import ResourceReport, compile_protocol, resources
 from exactformer.precision import FixedPoint, Format, parse_format
 from exactformer.verify import ema_program, mpc
+from exactformer.verify.ema import EMAError
 
 EXHAUSTIVE_LIMIT = 1 << 22  # inputs; beyond this exhaustive mode refuses
 
@@ -260,7 +261,7 @@ def differential(protocol: Protocol, program: EMAProgram, x: np.ndarray, truth: 
         for name, it in levels:
             try:
                 st = next(it)
-            except (mpc.MPCError, ema_program.EMAProgramError) as e:
+            except (mpc.MPCError, ema_program.EMAProgramError, EMAError) as e:
                 b = getattr(e, "input", None) or 0
                 return cex(name, "error", b=b, round=getattr(e, "round", r), message=str(e))
             if name == "mpc":
@@ -283,8 +284,8 @@ def differential(protocol: Protocol, program: EMAProgram, x: np.ndarray, truth: 
                 d = _first_difference(ref, st)
                 if d is not None:
                     b, i, f = d
-                    exp = _row(ref[f], b, i) if f in ref and i >= 0 else "(field missing)" if f not in ref else None
-                    got = _row(st[f], b, i) if f in st and i >= 0 else "(field missing)" if f not in st else None
+                    exp, got = (("(field missing)" if f not in s else f"(shape {list(np.shape(s[f]))})" if i < 0
+                                 else _row(s[f], b, i)) for s in (ref, st))
                     return cex(name, "invariant", b=b, round=r, round_name=protocol.rounds[r - 1].name if r else "init",
                                machine=i, field=f, expected=exp, got=got)
     if truth is None:
