@@ -38,7 +38,7 @@ import numpy as np
 from exactformer.constructions.ema_program import EMAProgram, Head, HeadOut, Layer, State
 from exactformer.constructions.mpc import Protocol, Round, Table, present_rows
 
-DEST, SLOT, WORD, RANK = "@send.dest", "@send.slot", "@send.word", "@send.rank"
+DEST, KEYS, MSGS, BOUNDS = "@send.dest", "@send.keys", "@send.msgs", "@send.bounds"
 
 
 def _key(t: Table) -> str:
@@ -70,6 +70,20 @@ def _dest_ranks(dest: np.ndarray) -> np.ndarray:
     return np.where(dest >= 0, rank, -1)
 
 
+def _by_head(dest: np.ndarray, slot: np.ndarray, word: np.ndarray, heads: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The send heads' inputs: keys [B, n, heads] (d_{i,h}, −1 if none), the messages as columns
+    (input, sender, slot, word) ordered by head, and each head's column range (bounds[h]:bounds[h+1]).
+    Messages beyond ``heads`` destinations (a protocol the MPC executor rejects) are dropped."""
+    rank = _dest_ranks(dest)
+    b, i, m = np.nonzero((rank >= 0) & (rank < heads))
+    h = rank[b, i, m]
+    keys = np.full(dest.shape[:2] + (heads,), -1, dtype=np.int64)
+    keys[b, i, h] = dest[b, i, m]
+    order = np.argsort(h, kind="stable")
+    msgs = np.stack([b, i, slot[b, i, m], word[b, i, m]])[:, order]
+    return keys, msgs, np.searchsorted(h[order], np.arange(heads + 1))
+
+
 def _pre(rnd: Round, n: int):
     """Layer pre-map: the round's step, with its operations stored as transient fields."""
     def pre(state: State) -> State:
@@ -84,7 +98,8 @@ def _pre(rnd: Round, n: int):
                 slot = word = np.zeros((B, n, 1), dtype=np.int64)
             else:
                 dest, slot, word = (_as3(a) for a in (st.send.dest, st.send.slot, st.send.word))
-            new[DEST], new[SLOT], new[WORD], new[RANK] = dest, slot, word, _dest_ranks(dest)
+            new[DEST] = dest
+            new[KEYS], new[MSGS], new[BOUNDS] = _by_head(dest, slot, word, rnd.sends)
         for t in rnd.tables:
             kappa = max(1, t.key_words)
             pub = st.publish.get(t.name)
@@ -116,15 +131,13 @@ def _send_head(h: int, slots: int, n: int) -> Head:
         return np.broadcast_to(np.arange(n, dtype=np.int64)[None, :, None], state[DEST].shape[:2] + (1,))
 
     def key(state: State) -> np.ndarray:
-        return np.where(state[RANK] == h, state[DEST], -1).max(axis=-1)[..., None]
+        return state[KEYS][..., h:h + 1]
 
     def value(state: State) -> np.ndarray:
-        rank, slot, word = state[RANK], state[SLOT], state[WORD]
-        B = rank.shape[0]
-        val = np.zeros((B, n, 2 * slots), dtype=np.int64)
-        b, i, m = np.nonzero(rank == h)
-        val[b, i, 2 * slot[b, i, m]] = 1
-        val[b, i, 2 * slot[b, i, m] + 1] = word[b, i, m]
+        b, i, sl, w = state[MSGS][:, state[BOUNDS][h]:state[BOUNDS][h + 1]]
+        val = np.zeros(state[DEST].shape[:2] + (2 * slots,), dtype=np.int64)
+        val[b, i, 2 * sl] = 1
+        val[b, i, 2 * sl + 1] = w
         return val
 
     return Head(f"send-{h}", query, key, value, 1, 2 * slots, min(n, slots))

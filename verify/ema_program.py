@@ -73,9 +73,9 @@ def _positional(x: np.ndarray, mask: np.ndarray, n: int) -> bool:
 
 def attend(head: Head, state: State, n: int, fmt: FixedPoint | None, generic: bool = False) -> tuple[HeadOut, HeadStats]:
     """One head's output at every token (see :class:`HeadOut`) and its statistics."""
-    some = next(iter(state.values()))
-    B = some.shape[0]
-    q = _words(head.query(state), f"head {head.name!r}: query", B, n, head.key_words)
+    q = np.asarray(head.query(state))
+    B = q.shape[0] if q.ndim else 0
+    q = _words(q, f"head {head.name!r}: query", B, n, head.key_words)
     k = _words(head.key(state), f"head {head.name!r}: key", B, n, head.key_words)
     v = _words(head.value(state), f"head {head.name!r}: value", B, n, head.value_words)
     qmask, kmask = present_rows(q), present_rows(k)
