@@ -12,7 +12,8 @@ on ``--inputs`` seeded random inputs, checked against the ground truth; then the
 directly (L1) on the same inputs, and the ratio L2 / L1 (goal: <= 5). ``khop-full``: the four-way
 check (L1 with resource checks, L2 ideal, L2 fixed point, the per-round invariant, the truth).
 ``rgs``: every restricted growth string of length n (Bell(n) inputs), four-way. ``match2``: P2's
-N = 32, M = 37 setting. ``push``: prefix sums (B = 16) and Columnsort on push-only protocols.
+N = 32, M = 37 setting. ``push``: the push-only protocols, prefix sums (B = 16, N = --n) and
+Columnsort (N = 1024).
 Prints one JSON object per case: wall and CPU seconds per stage (CPU time is the better measure on
 a shared machine), the model's sizes and the verdict.
 """
@@ -86,7 +87,7 @@ def match2(a) -> dict:
 
 def push(a) -> dict:
     out = {"case": "push", "inputs": a.inputs}
-    for name, n, kw in (("prefix-sums", a.n, {"word_bits": 16, "fan_in": 16}), ("sort", 4096, {"value_bits": 12})):
+    for name, n, kw in (("prefix-sums", a.n, {"word_bits": 16, "fan_in": 16}), ("sort", 1024, {"value_bits": 10})):
         model = build(name, n, **kw)
         rep, s, cpu = _timed(lambda: model.verify("sample", samples=a.inputs, seed=a.seed, batch=a.batch))
         r = model.resources

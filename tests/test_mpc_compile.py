@@ -287,6 +287,8 @@ def test_verify_reports():
         build("k-hop", 16, hops=2).verify("exhaustive")
     with pytest.raises(CheckError, match="application must be one of"):
         build("k_hop", 8)
+    with pytest.raises(CheckError, match=r"unknown parameter\(s\) \['k'\]; allowed: \['hops', 'alphabet', 'branching'\]"):
+        build("k-hop", 8, k=2)
     with pytest.raises(CheckError, match="hops = 1"):
         build("induction-heads", 8, hops=2)
     assert sorted(APPLICATIONS) == ["induction-heads", "k-hop", "match2", "prefix-sums", "sort"]

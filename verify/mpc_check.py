@@ -20,6 +20,7 @@ program, resources) that answers per position with None for ⊥.
 
 from __future__ import annotations
 
+import inspect
 import time
 from dataclasses import asdict, dataclass, field
 from typing import Any, Iterator, Sequence
@@ -414,6 +415,10 @@ class Application:
 
     # ---- shared ---------------------------------------------------------------------------------
     def build(self, n: int, **params) -> MPCModel:
+        allowed = [k for k in inspect.signature(self.protocol).parameters if k != "n"]
+        unknown = sorted(set(params) - set(allowed))
+        if unknown:
+            raise CheckError(f"{self.name}: unknown parameter(s) {unknown}; allowed: {allowed}")
         protocol = self.protocol(n, **params)
         program = compile_protocol(protocol)
         return MPCModel(self, dict(protocol.params), protocol, program, resources(protocol), program.min_format())
