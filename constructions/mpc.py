@@ -57,7 +57,8 @@ class ProtocolError(ValueError):
     """A malformed protocol declaration (names, counts, sizes) found before anything runs."""
 
 
-def _check_count(value: Any, name: str, lo: int, what: str) -> int:
+def check_count(value: Any, name: str, lo: int, what: str) -> int:
+    """``value`` as an int >= ``lo``, else a :class:`ProtocolError` naming ``name``, the range and ``what``."""
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < lo:
         raise ProtocolError(f"{name} must be an integer >= {lo} ({what}), got {value!r}")
     return int(value)
@@ -129,15 +130,15 @@ class Table:
         _check_name(self.into, f"Table {self.name!r}: into")
         if self.kind not in TABLE_KINDS:
             raise ProtocolError(f"Table {self.name!r}: kind must be one of {TABLE_KINDS}, got {self.kind!r}")
-        _check_count(self.lookups, f"Table {self.name!r}: lookups", 1, "lookups per machine")
-        _check_count(self.key_words, f"Table {self.name!r}: key_words", 0, "0 = positional key")
-        _check_count(self.value_words, f"Table {self.name!r}: value_words", 0, "record words")
+        check_count(self.lookups, f"Table {self.name!r}: lookups", 1, "lookups per machine")
+        check_count(self.key_words, f"Table {self.name!r}: key_words", 0, "0 = positional key")
+        check_count(self.value_words, f"Table {self.name!r}: value_words", 0, "record words")
         if self.kind == "exists" and self.value_words:
             raise ProtocolError(f"Table {self.name!r}: an exists table has value_words = 0, got {self.value_words}")
         if self.kind == "unique" and not self.value_words:
             raise ProtocolError(f"Table {self.name!r}: a unique table needs value_words >= 1")
         if self.max_matches is not None:
-            _check_count(self.max_matches, f"Table {self.name!r}: max_matches", 1, "publishers per key")
+            check_count(self.max_matches, f"Table {self.name!r}: max_matches", 1, "publishers per key")
             if self.kind == "unique" and self.max_matches != 1:
                 raise ProtocolError(f"Table {self.name!r}: a unique table has max_matches = 1, got {self.max_matches}")
 
@@ -174,8 +175,8 @@ class Round:
         _check_name(self.name, "Round.name")
         if not callable(self.step):
             raise ProtocolError(f"Round {self.name!r}: step must be callable")
-        _check_count(self.sends, f"Round {self.name!r}: sends", 0, "distinct destinations per machine")
-        _check_count(self.slots, f"Round {self.name!r}: slots", 0, "inbox slots per machine")
+        check_count(self.sends, f"Round {self.name!r}: sends", 0, "distinct destinations per machine")
+        check_count(self.slots, f"Round {self.name!r}: slots", 0, "inbox slots per machine")
         _check_name(self.inbox, f"Round {self.name!r}: inbox")
         if self.sends and not self.slots:
             raise ProtocolError(f"Round {self.name!r}: sends = {self.sends} needs slots >= 1")
@@ -216,11 +217,11 @@ class Protocol:
 
     def __post_init__(self) -> None:
         _check_name(self.name, "Protocol.name")
-        _check_count(self.n, "n", 1, "machines = input words")
-        _check_count(self.word_bits, "word_bits", 1, "p, bits per word")
+        check_count(self.n, "n", 1, "machines = input words")
+        check_count(self.word_bits, "word_bits", 1, "p, bits per word")
         if self.word_bits > 62:
             raise ProtocolError(f"word_bits must be <= 62 (int64 words), got {self.word_bits}")
-        _check_count(self.memory, "memory", 1, "s, words of local memory")
+        check_count(self.memory, "memory", 1, "s, words of local memory")
         if not isinstance(self.rounds, tuple) or not all(isinstance(r, Round) for r in self.rounds):
             raise ProtocolError("rounds must be a tuple of Round")
         names = [r.name for r in self.rounds]

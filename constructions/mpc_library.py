@@ -17,7 +17,7 @@ from typing import Callable
 
 import numpy as np
 
-from exactformer.constructions.mpc import Memory, Protocol, ProtocolError, Publish, Round, Send, Step, Table, bits_for
+from exactformer.constructions.mpc import Memory, Protocol, Publish, Round, Send, Step, Table, bits_for, check_count
 
 # ------------------------------------------------------------------------------------------------
 # small helpers shared by the protocols
@@ -37,16 +37,6 @@ def _ids(n: int) -> np.ndarray:
     return np.arange(n, dtype=np.int64)[None, :]
 
 
-def _check_param(value, name: str, lo: int, what: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < lo:
-        raise ProtocolError(f"{name} must be an integer >= {lo} ({what}), got {value!r}")
-    return int(value)
-
-
-def _keep(mem: Memory, *names: str) -> Memory:
-    return {k: mem[k] for k in names}
-
-
 # ------------------------------------------------------------------------------------------------
 # Match2 (P2 Def. 5.1, Thm 5.2)
 # ------------------------------------------------------------------------------------------------
@@ -59,8 +49,8 @@ def match2(n: int, modulus: int) -> Protocol:
     (M − x) mod M. Compiled: one layer, one head, key width 1, value width 1 (P2 Thm 5.2: one layer,
     one head, embedding dimension 1). Up to n publishers share a key, so the fixed-point step must
     satisfy S >= n."""
-    n = _check_param(n, "n", 1, "sequence length N")
-    M = _check_param(modulus, "modulus", 1, "M: inputs are residues in [0, M)")
+    n = check_count(n, "n", 1, "sequence length N")
+    M = check_count(modulus, "modulus", 1, "M: inputs are residues in [0, M)")
 
     def init(x: np.ndarray) -> Memory:
         return {"x": x}
@@ -182,10 +172,10 @@ def k_hop(n: int, hops: int, alphabet: int, branching: int = 2, name: str = "k-h
     ceil(log_B N) + ⌊log₂ k⌋ + 2. Heads per round: (L−1)(B−1) (``next``), L(B−1) (``prev``), at most
     2 (doubling), 1 (token). Tokens enter only through equality of key words, so every input is
     covered by its equality pattern."""
-    n = _check_param(n, "n", 1, "sequence length N")
-    k = _check_param(hops, "hops", 1, "number of hops k")
-    S = _check_param(alphabet, "alphabet", 1, "|Σ|: tokens are integers in [0, |Σ|)")
-    B = _check_param(branching, "branching", 2, "B of the B-ary existence search")
+    n = check_count(n, "n", 1, "sequence length N")
+    k = check_count(hops, "hops", 1, "number of hops k")
+    S = check_count(alphabet, "alphabet", 1, "|Σ|: tokens are integers in [0, |Σ|)")
+    B = check_count(branching, "branching", 2, "B of the B-ary existence search")
     L = levels(n, B)
     T = k.bit_length() - 1
     bit = [(k >> j) & 1 for j in range(T + 1)]
@@ -251,9 +241,9 @@ def prefix_sums(n: int, word_bits: int, fan_in: int = 2) -> Protocol:
     before its block (0 at the root), sends child u = 1..B−1 its offset: the leader's offset plus
     the sums of children 0..u−1 (child 0 is the leader itself). ψ: y_i = offset_i + x_i.
     Resources: s = L·B + 3 words, α = 1 (up) and B − 1 (down) destinations, B inbox slots."""
-    n = _check_param(n, "n", 1, "number of words N")
-    p = _check_param(word_bits, "word_bits", 1, "p, bits per word")
-    B = _check_param(fan_in, "fan_in", 2, "B, children per tree node")
+    n = check_count(n, "n", 1, "number of words N")
+    p = check_count(word_bits, "word_bits", 1, "p, bits per word")
+    B = check_count(fan_in, "fan_in", 2, "B, children per tree node")
     L = levels(n, B)
     mod = 1 << p
 
@@ -358,8 +348,8 @@ def sort(n: int, value_bits: int) -> Protocol:
     With one column (c = 1) only ``gather`` and ``scatter`` remain. Leighton's theorem: after the
     fourth sort the matrix is sorted in column-major order when r >= 2(c − 1)² and c | r.
     Resources: s = r + 2 words; α = 1, c, c, 2, r destinations; inbox r (1 in ``scatter``)."""
-    n = _check_param(n, "n", 1, "number of words N")
-    vb = _check_param(value_bits, "value_bits", 1, "bits of the words to sort")
+    n = check_count(n, "n", 1, "number of words N")
+    vb = check_count(value_bits, "value_bits", 1, "bits of the words to sort")
     r, c = columnsort_shape(n)
     p = ((1 << vb) * n).bit_length()
     INF = (1 << p) - 1

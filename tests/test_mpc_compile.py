@@ -12,7 +12,7 @@ import pytest
 
 from exactformer.constructions.ema_program import HeadOut
 from exactformer.constructions.mpc_compile import compile_protocol, resources
-from exactformer.constructions.mpc_library import k_hop, match2, prefix_sums, sort
+from exactformer.constructions.mpc_library import k_hop, prefix_sums, sort
 from exactformer.precision import FixedPoint
 from exactformer.verify import ema_program, mpc
 from exactformer.verify.mpc_check import (
@@ -24,13 +24,6 @@ from exactformer.verify.mpc_check import (
     k_hop_truth,
     restricted_growth_strings,
 )
-
-
-def traces_equal(protocol, program, x, fmt=None, generic=False) -> bool:
-    for a, b in zip(mpc.trace(protocol, x), ema_program.trace(program, x, fmt, generic)):
-        if a.memory.keys() != b.state.keys() or any(not np.array_equal(a.memory[k], b.state[k]) for k in a.memory):
-            return False
-    return True
 
 
 # ------------------------------------------------------------------------------------------------

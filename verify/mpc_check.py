@@ -31,7 +31,7 @@ from exactformer.constructions import mpc_library as lib
 from exactformer.constructions.ema_program import EMAProgram
 from exactformer.constructions.mpc import Protocol
 from exactformer.constructions.mpc_compile import ResourceReport, compile_protocol, resources
-from exactformer.precision import FixedPoint, Format, parse_format
+from exactformer.precision import FixedPoint, parse_format
 from exactformer.verify import ema_program, mpc
 from exactformer.verify.ema import EMAError
 
@@ -490,12 +490,6 @@ def check_batches(model: MPCModel, sources, formats: Sequence[FixedPoint | None]
 
 
 # ---- the applications ----------------------------------------------------------------------------
-
-
-def _check_int(value, name: str, lo: int, what: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < lo:
-        raise CheckError(f"{name} must be an integer >= {lo} ({what}), got {value!r}")
-    return int(value)
 
 
 class Match2(Application):
