@@ -1,0 +1,83 @@
+"""Resource tables of the compiled k-hop / induction-head programs (P2 Thms 5.4, 5.6 via Thm 4.1),
+for docs/mpc.md: N = 2^8 .. 2^24, k = 1 .. 2^10.
+
+Usage: python benchmarks/mpc_tables.py [--write]
+Nothing runs: the sizes come from the protocols' declarations (:func:`resources`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+from pathlib import Path
+
+from exactformer.constructions.mpc_compile import resources
+from exactformer.constructions.mpc_library import k_hop
+
+NS = [8, 10, 12, 14, 16, 18, 20, 22, 24]
+KS = [1, 2, 4, 16, 64, 256, 1024]
+
+
+def layers_table() -> str:
+    rows = ["| N | " + " | ".join(f"k = {k}" for k in KS) + " | bound ⌈log₂N⌉ + ⌊log₂k⌋ + 2 at k = 2^10 |",
+            "|---|" + "---|" * len(KS) + "---|"]
+    for e in NS:
+        n = 1 << e
+        cells = [str(resources(k_hop(n, k, n)).layers) for k in KS]
+        rows.append(f"| 2^{e} | " + " | ".join(cells) + f" | {e + 10 + 2} |")
+    rows.append("| recurrent nets, low-rank attention ([55] via P2 L133): depth Ω(k) | "
+                + " | ".join(f"Ω({k})" for k in KS) + " | |")
+    return "\n".join(rows)
+
+
+def sizes_table() -> str:
+    rows = ["| N | layers (k = 2^10) | heads per layer (max; σ rounds / doubling) | m (words) | s (words) | ε = log_N s "
+            "| ε′ needed | p (bits) | exact fixed point | residual (words) |",
+            "|---|---|---|---|---|---|---|---|---|---|"]
+    for e in NS:
+        n = 1 << e
+        r = resources(k_hop(n, 1024, n))
+        rows.append(f"| 2^{e} | {r.layers} | {r.max_heads} ({r.heads[0]}, {r.heads[1]} / ≤ 2) | {r.m} | {r.memory} "
+                    f"| {r.eps:.3f} | {r.eps_prime_needed:.3f} | {r.word_bits} | {r.min_format} | {r.residual} |")
+    return "\n".join(rows)
+
+
+def branching_table() -> str:
+    e = 20
+    n = 1 << e
+    rows = ["| B | L = ⌈log_B N⌉ | layers (induction heads) | layers (k = 2^10) | heads per layer (max) "
+            "| heads in all | log_N(max heads) | s (words) |",
+            "|---|---|---|---|---|---|---|---|"]
+    for B in (2, 4, 32, 1024):
+        r1 = resources(k_hop(n, 1, n, B))
+        rk = resources(k_hop(n, 1024, n, B))
+        L = -(-e // (B.bit_length() - 1))
+        rows.append(f"| {B} | {L} | {r1.layers} | {rk.layers} | {rk.max_heads} | {sum(rk.heads)} "
+                    f"| {rk._log(rk.max_heads):.3f} | {rk.memory} |")
+    return "\n".join(rows)
+
+
+TABLES = {"layers": layers_table, "sizes": sizes_table, "branching": branching_table}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--write", action="store_true", help="replace the tables in docs/mpc.md")
+    a = ap.parse_args()
+    out = {name: fn() for name, fn in TABLES.items()}
+    if not a.write:
+        for name, text in out.items():
+            print(f"<!-- table:{name} -->\n{text}\n")
+        return
+    path = Path(__file__).resolve().parents[1] / "docs" / "mpc.md"
+    doc = path.read_text()
+    for name, text in out.items():
+        pat = re.compile(rf"(<!-- table:{name} -->\n)(?:(?!<!--)[^\n]*\n)*(<!-- end table -->)")
+        if not pat.search(doc):
+            raise SystemExit(f"docs/mpc.md has no <!-- table:{name} --> … <!-- end table --> block")
+        doc = pat.sub(lambda m: m.group(1) + text + "\n" + m.group(2), doc, count=1)
+    path.write_text(doc)
+
+
+if __name__ == "__main__":
+    main()
