@@ -23,6 +23,8 @@ pass as a ``torch.nn.Module``; ``to_transformer_lens(model)`` a TransformerLens 
 
 from __future__ import annotations
 
+import importlib.metadata
+
 import contextlib
 import json
 import math
@@ -36,7 +38,6 @@ import numpy as np
 from safetensors import safe_open
 from safetensors.numpy import load_file, save_file
 
-from exactformer import __version__
 from exactformer.constructions.export_codes import CodeRecord, rebuild
 from exactformer.constructions.export_float import (
     ExportError,
@@ -266,7 +267,7 @@ def save(model: CompiledModel, out_dir: str | os.PathLike, dense: bool = True,
     manifest: dict[str, Any] = {
         "format": FORMAT_NAME,
         "format_version": FORMAT_VERSION,
-        "exactformer_version": __version__,
+        "exactformer_version": importlib.metadata.version("exactformer"),
         **{name: to_json(getattr(model, name)) for name, (to_json, _) in MODEL_FIELDS.items()},
         "summary": model.summary(),
         "output_vocab": model.output_vocab,

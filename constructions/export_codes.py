@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from exactformer.constructions import position_codes as pc
-from exactformer.constructions.equality import CodeView
+from exactformer.constructions.position_codes import CodeView
 
 SAMPLE_INDICES = 256  # random indices compared when checking a generator (plus the ends and middle)
 _GENERATOR_KEYS = ("family", "n", "k", "m", "d", "seed", "max_inner")

@@ -27,6 +27,8 @@ import numpy as np
 from safetensors import safe_open
 
 from exactformer.constructions import registry
+from exactformer.constructions.assemble import Placement
+from exactformer.constructions.blocks.base import Block
 from exactformer.constructions.ir import Param
 
 FORMAT_NAME = "exactformer-export"
@@ -164,7 +166,20 @@ MODEL_FIELDS: dict[str, tuple[Callable[[Any], Any], Callable[[Any], Any]]] = {
     "answers": (_answers_json, lambda d: list(d["values"])),
     "answer_positions": (lambda a: None if a is None else [int(t) for t in a],
                          lambda a: None if a is None else tuple(int(t) for t in a)),
+    "layout": (lambda d: {k: [int(v[0]), int(v[1])] for k, v in d.items()}, dict),
+    "plan": (lambda plan: [_placement_json(p) for p in plan], lambda d: [_placement_from_json(p) for p in d]),
 }
+def _placement_json(p: Placement) -> dict[str, Any]:
+    return {"block": p.block.to_json(), "kind": p.kind, "layer": int(p.layer),
+            "index": None if p.index is None else (list(p.index) if isinstance(p.index, tuple) else int(p.index))}
+
+
+def _placement_from_json(d: dict[str, Any]) -> Placement:
+    index = d["index"]
+    return Placement(Block.from_json(d["block"]), d["kind"], int(d["layer"]),
+                     tuple(index) if isinstance(index, list) else index)
+
+
 #: CompiledModel fields recorded as weights (manifest ``tensors``, ``embedding``, ``codes``, ``layers``)
 WEIGHT_FIELDS = ("embed", "pos_embed", "blocks", "W_U", "b_U")
 
@@ -178,10 +193,10 @@ def encoding_of(construction: str) -> dict[str, Any] | None:
     """The construction module's ``ENCODING`` (how a natural input becomes token ids), or None for
     a construction the registry does not know."""
     try:
-        module = registry.task(construction)
+        task = registry.get(construction).task
     except registry.UnknownConstruction:
         return None
-    return jsonable(module.ENCODING)
+    return jsonable(task.ENCODING)
 
 
 # ------------------------------------------------------------------------------------------------

@@ -207,9 +207,26 @@ class Embedding:
 
         def read(rows: np.ndarray, cols: np.ndarray | None = None) -> np.ndarray:
             rows = np.asarray(rows, dtype=np.int64)
-            out = np.zeros((rows.size, self.d_model), dtype=dtype)
-            self._fill(rows, out, lambda t: table_raw, None, scales)
-            return out if cols is None else out[:, cols]
+            if cols is None:
+                out = np.zeros((rows.size, self.d_model), dtype=dtype)
+                self._fill(rows, out, lambda t: table_raw, None, scales)
+                return out
+            cols = np.asarray(cols, dtype=np.int64)
+            out = np.zeros((rows.size, cols.size), dtype=dtype)
+            if np.any(rows < 0) or np.any(rows >= self.n_rows):
+                raise IRError(f"embedding row out of range [0, {self.n_rows})")
+            in_table = (rows >= self.table_first_row) & (rows < self.table_first_row + self.table.shape[0])
+            if np.any(in_table):
+                out[in_table] = table_raw[rows[in_table] - self.table_first_row][:, cols]
+            for b in self.blocks:  # only the blocks that meet the requested columns are generated
+                where = np.flatnonzero((cols >= b.col) & (cols < b.col + b.code.k))
+                sel = (rows >= b.first_row) & (rows < b.first_row + b.count)
+                if where.size == 0 or not np.any(sel):
+                    continue
+                nums = np.asarray(b.code.numerators(rows[sel] - b.first_row + b.code_start))[:, cols[where] - b.col]
+                pos, neg = scales[id(b)]
+                out[np.ix_(np.flatnonzero(sel), where)] = np.where(nums > 0, pos, np.where(nums < 0, neg, 0))
+            return out
 
         return read
 
@@ -319,6 +336,8 @@ class CompiledModel:
     precision: str | None = None  # format name the model was built for
     task_params: dict[str, Any] = field(default_factory=dict)
     answer_positions: tuple[int, ...] | None = None  # None: the last position of the input
+    layout: dict[str, list[int]] = field(default_factory=dict)  # residual slot -> [first column, width]
+    plan: list[Any] = field(default_factory=list)  # blocks and where they sit (assemble.Placement)
 
     def answer_positions_for(self, T: int) -> np.ndarray:
         """The positions whose logits are answers, for an input of length ``T`` (0-based)."""
@@ -379,19 +398,6 @@ class CompiledModel:
     def width(self) -> int:
         """The paper's width max(m, d): m = d_head (projection rows), d = d_model."""
         return max(self.d_model, self.d_head)
-
-    # ---- task interface ------------------------------------------------------------------
-    def encode(self, example: Any) -> np.ndarray:
-        """Token ids [T] of one natural input (see the construction's module)."""
-        from exactformer.constructions.registry import task
-
-        return task(self.construction).encode(self, example)
-
-    def encode_batch(self, examples: Sequence[Any]) -> np.ndarray:
-        """Token ids [B, T]."""
-        from exactformer.constructions.registry import task
-
-        return task(self.construction).encode_batch(self, examples)
 
     def decode(self, logits: np.ndarray) -> Any:
         """The answer for one row of last-position logits [d_vocab_out] (argmax; ties -> lowest)."""
@@ -465,20 +471,6 @@ class CompiledModel:
         else:
             raise IRError(f"unknown weight name {name!r}")
         return new
-
-    def to_torch(self, dtype: Any = None, device: Any = None):
-        """A torch.nn.Module for the float forward pass (see :mod:`exactformer.constructions.export`)."""
-        from exactformer.constructions.export import to_torch
-
-        import torch
-
-        return to_torch(self, dtype=dtype or torch.float64, device=device)
-
-    def to_transformer_lens(self, dtype: Any = None, device: Any = None):
-        """A TransformerLens 4.x bridge running this model (optional extra ``[lens]``)."""
-        from exactformer.constructions.export import to_transformer_lens
-
-        return to_transformer_lens(self, dtype=dtype, device=device)
 
     def weights_raw(self, fmt: Format) -> dict[str, np.ndarray]:
         """Every non-embedding weight as raw values of ``fmt`` (checked exact)."""

@@ -28,6 +28,8 @@ range.
 
 from __future__ import annotations
 
+import hashlib
+
 import math
 import time
 from dataclasses import asdict, dataclass
@@ -37,6 +39,7 @@ from typing import Any, Optional, Sequence, Union
 import numpy as np
 
 from exactformer.constructions import position_codes_gen as gen
+from exactformer.constructions.ir import code_fingerprint
 from exactformer.constructions.position_codes_certify import (
     K_EXACT_MAX,
     GramMax,
@@ -783,3 +786,47 @@ def _auto(n: int, gamma: Fraction, seed: int, device: str, progress: bool, budge
     log["chosen"] = best.family
     best.auto_log = log
     return best
+
+
+class CodeView:
+    """A position code read through an index map: vector ``idx`` of the view is vector
+    ``base_indices(idx)`` of ``base`` (its numerators: +-1 signs, or 0/1 rows for one-hot).
+
+    ``kind``: "identity"; "constant" (every index maps to ``data``, an int); "table" (``data`` is an
+    int64 array: index i maps to data[i]). Used for query blocks whose code index is not an affine
+    function of the position (T(0) for unused slots, arbitrary feature index sets)."""
+
+    def __init__(self, base: Any, kind: str = "identity", data: Any = None):
+        if kind not in ("identity", "constant", "table"):
+            raise ValueError(f"kind must be 'identity', 'constant' or 'table', got {kind!r}")
+        self.base, self.kind = base, kind
+        self.data = np.asarray(data, dtype=np.int64) if kind == "table" else data
+        self.k, self.bound, self.family = base.k, base.bound, base.family
+        self.n = len(self.data) if kind == "table" else (base.n if kind == "identity" else 1 << 62)
+        self.is_sign_code = getattr(base, "is_sign_code", True)
+        self.gram_scale = getattr(base, "gram_scale", Fraction(1, base.k))
+
+    def base_indices(self, idx) -> np.ndarray:
+        idx = np.asarray(idx, dtype=np.int64)
+        if self.kind == "identity":
+            return idx
+        if self.kind == "constant":
+            return np.full(idx.shape, int(self.data), dtype=np.int64)
+        return self.data[idx]
+
+    def numerators(self, idx) -> np.ndarray:
+        return np.asarray(self.base.numerators(self.base_indices(idx)))
+
+    signs = numerators
+
+    def generator_key(self) -> tuple:
+        data = hashlib.sha256(np.ascontiguousarray(self.data).tobytes()).hexdigest() if self.kind == "table" else self.data
+        return ("view", self.kind, data, code_fingerprint(self.base))
+
+    def describe(self) -> dict:
+        out = {"family": "view", "kind": self.kind, "base": self.base.describe() if hasattr(self.base, "describe") else {}}
+        if self.kind == "constant":
+            out["index"] = int(self.data)
+        elif self.kind == "table":
+            out["table_len"] = int(len(self.data))
+        return out

@@ -1,47 +1,84 @@
-"""The constructions the package knows, by name.
+"""The registry of constructions.
 
-Each construction is one module of this package exposing ``NAME``, ``THEOREM``, a builder and the
-task interface ``encode(model, example)`` / ``encode_batch(model, examples)``. Its ground truth
-lives in :mod:`exactformer.verify.tasks`; the executor never needs to know about it.
+A construction registers in one place, a decorator beside its builder::
+
+    @construction("index-lookup", task=IndexLookupTask(), theorem="Thm 1 (App. C.2)")
+    def index_lookup(n: int, alphabet: int = 64, ...) -> CompiledModel: ...
+
+and everything else -- ``xf.build``, the CLI's options (from the builder's signature and
+docstring), ``verify all``, the verifier and the certificate -- finds it here. Modules of this
+package that register constructions are found by reading their sources for the decorator, so a new
+construction is one new module and nothing else.
 """
 
 from __future__ import annotations
 
 import importlib
-from types import ModuleType
+import inspect
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
 
-# name -> (module, builder function name)
-_CONSTRUCTIONS: dict[str, tuple[str, str]] = {
-    "index-lookup": ("exactformer.constructions.index_lookup", "index_lookup"),
-    "equality": ("exactformer.constructions.equality", "equality"),
-    "inequality": ("exactformer.constructions.equality", "inequality"),
-    "disjointness": ("exactformer.constructions.thresholds", "disjointness"),
-    "dnf": ("exactformer.constructions.thresholds", "k_dnf"),
-    "cnf": ("exactformer.constructions.thresholds", "k_cnf"),
-    "threshold": ("exactformer.constructions.thresholds", "threshold_features"),
-}
+from exactformer.constructions.ir import CompiledModel
+from exactformer.constructions.task import Task
+
+
+@dataclass
+class Construction:
+    name: str
+    builder: Callable[..., CompiledModel]
+    task: Task
+    theorem: str
+
+    @property
+    def parameters(self) -> dict[str, inspect.Parameter]:
+        return dict(inspect.signature(self.builder).parameters)
+
+
+_REGISTRY: dict[str, Construction] = {}
 
 
 class UnknownConstruction(ValueError):
     pass
 
 
+def construction(name: str, task: type | Task, theorem: str) -> Callable:
+    """Decorator registering a builder ``f(n, ...) -> CompiledModel`` under ``name``."""
+
+    def wrap(fn: Callable[..., CompiledModel]) -> Callable[..., CompiledModel]:
+        _REGISTRY[name] = Construction(name, fn, task() if isinstance(task, type) else task, theorem)
+        fn.construction_name = name  # type: ignore[attr-defined]
+        return fn
+
+    return wrap
+
+
 def names() -> list[str]:
-    return list(_CONSTRUCTIONS)
+    _load_builtin()
+    return list(_REGISTRY)
 
 
-def task(name: str) -> ModuleType:
-    """The module implementing construction ``name``."""
-    if name not in _CONSTRUCTIONS:
-        raise UnknownConstruction(f"construction must be one of {names()}, got {name!r}")
-    return importlib.import_module(_CONSTRUCTIONS[name][0])
+def get(name: str) -> Construction:
+    _load_builtin()
+    if name not in _REGISTRY:
+        raise UnknownConstruction(f"construction must be one of {sorted(_REGISTRY)}, got {name!r}")
+    return _REGISTRY[name]
 
 
-def builder(name: str):
-    mod = task(name)
-    return getattr(mod, _CONSTRUCTIONS[name][1])
+def task_of(model: CompiledModel) -> Task:
+    return get(model.construction).task
 
 
-def register(name: str, module: str, builder_name: str) -> None:
-    """Add a construction (used by construction modules of later theorems)."""
-    _CONSTRUCTIONS[name] = (module, builder_name)
+def _load_builtin() -> None:
+    """Import every module of this package that registers a construction (found by reading the
+    sources for the decorator, so a new construction is one new module and nothing else)."""
+    if _LOADED:
+        return
+    _LOADED.append(True)
+    here = Path(__file__).parent
+    for path in sorted(here.glob("*.py")):
+        if "@construction(" in path.read_text():
+            importlib.import_module(f"{__package__}.{path.stem}")
+
+
+_LOADED: list[bool] = []

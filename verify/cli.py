@@ -82,7 +82,7 @@ def boolean_options(construction: str, clauses: str | None, k: int | None, claus
 def build_model(construction: str, n: int, alphabet: int | None, positions: str, eta: str | None,
                 precision: str | None, max_inner: str, code_seed: int, extra: dict | None = None):
     try:
-        fn = registry.builder(construction)
+        fn = registry.get(construction).builder
     except ValueError as e:
         _fail(str(e))
     kwargs: dict[str, Any] = dict(extra or {})
@@ -290,18 +290,17 @@ def _emit_report(report, json: bool) -> None:
 
 
 def _find_min(target, model, n, alphabet, positions, max_inner, code_seed, precision, device, json) -> None:
-    from exactformer.verify.certificates import find_min_precision
+    from exactformer.verify.precision_scan import find_min_precision
 
     kind = "paper" if precision and precision.startswith("paper") else "binary"
-    fn = registry.builder(model.construction)
+    fn = registry.get(model.construction).builder
 
     def build_at(fmt):
         kw: dict[str, Any] = {"precision": fmt}
         if model.construction == "index-lookup":
             kw.update(alphabet=len(model.answers), positions=model.code, max_inner=Fraction(max_inner))
         else:
-            kw.update(registry.task(model.construction).rebuild_kwargs(model))
-            kw["precision"] = fmt
+            kw["positions"] = model.code
         return fn(model.n, **kw)
 
     res = find_min_precision(build_at, kind=kind, n=model.n, device=device)
@@ -322,7 +321,7 @@ def _verify_all(n: int, device: str, json: bool) -> None:
     for name in registry.names():
         kw = dict(ALL_DEFAULTS.get(name, {}))
         t0 = time.perf_counter()
-        model = registry.builder(name)(n, **kw)
+        model = registry.get(name).builder(n, **kw)
         report = run_verify(model, mode="certify", device=device)
         mode = "certify"
         if not report.passed and "no certificate" in report.reason:

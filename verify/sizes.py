@@ -33,6 +33,7 @@ from typing import Any, Callable, Iterable
 import numpy as np
 
 from exactformer.constructions import registry
+from exactformer.constructions.export import to_torch
 from exactformer.precision import Format, parse_format
 from exactformer.verify import lower_bounds as lb
 from exactformer.verify.forward import forward_with_cache
@@ -151,7 +152,7 @@ def size_row_from_summary(spec_name: str, summary: dict[str, Any], source: str) 
 
 @functools.lru_cache(maxsize=512)
 def _built_summary(construction: str, kwargs: tuple[tuple[str, Any], ...], n: int) -> dict[str, Any]:
-    return registry.builder(construction)(n, **dict(kwargs)).summary()
+    return registry.get(construction).builder(n, **dict(kwargs)).summary()
 
 
 def built_size_row(spec: SizeSpec, n: int) -> SizeRow:
@@ -513,7 +514,7 @@ def float_attention(model, tokens: np.ndarray) -> list[np.ndarray]:
                 self.weights.append(out.detach().cpu().numpy())
             return out
 
-    module = model.to_torch()
+    module = to_torch(model)
     rec = Recorder()
     with torch.no_grad(), rec:
         module(torch.as_tensor(np.asarray(tokens), dtype=torch.long))
@@ -555,18 +556,19 @@ class Panel:
 def picture_panels(pic: AttentionPicture) -> tuple[str, list[Panel]]:
     """The model's format name and the panels of ``pic``: for Index Lookup the index token's row
     on one input per p = 1..N; otherwise every layer and head on one fixed input."""
-    model = registry.builder(pic.construction)(pic.n, **dict(pic.kwargs))
+    model = registry.get(pic.construction).builder(pic.n, **dict(pic.kwargs))
+    task = registry.task_of(model)
     fmt = parse_format(model.precision)
     n = pic.n
     if pic.construction == "index-lookup":
         symbols = np.random.default_rng(0).integers(0, len(model.answers), size=n).tolist()
-        tokens = model.encode_batch([(symbols, p) for p in range(1, n + 1)])
+        tokens = task.encode_batch(model, [(symbols, p) for p in range(1, n + 1)])
         sel = [(0, 0, "layer 1: the index token's row, one input per p")]
         rows, cols = [f"p={p}" for p in range(1, n + 1)], [f"s{i}" for i in range(1, n + 1)] + ["p"]
         pick = lambda w: w[:, 0, -1, :]  # noqa: E731
     else:
         x = [1, -1, 1, 1, 1, -1, -1, 1] if pic.construction == "equality" else [1, 0, 1, 1, 0, 1, 1, 0]
-        tokens = model.encode_batch([x[:n]])
+        tokens = task.encode_batch(model, [x[:n]])
         sel = [(l, h, f"layer {l + 1}, head {h + 1}") for l, b in enumerate(model.blocks) for h in range(b.attn.n_heads)]
         rows = cols = ([] if pic.construction == "equality" else ["BOS"]) + [str(i) for i in range(1, n + 1)]
         pick = None

@@ -1,0 +1,130 @@
+"""Tasks and the registry of constructions.
+
+A :class:`Task` is the problem a construction solves, independent of any model: its natural
+inputs (held as arrays), their encoding as tokens, the ground truth, input sources (all inputs,
+seeded samples, adversarial inputs, candidates for a failed proof) and the specification the
+certificate compares with (:mod:`exactformer.constructions.spec`).
+
+Constructions register their builder with their task in :mod:`exactformer.constructions.registry`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Iterator
+
+import numpy as np
+
+from exactformer.constructions.ir import CompiledModel
+
+
+class TaskError(ValueError):
+    """A natural input the task does not accept (the message names the parameter and the range)."""
+
+
+@dataclass
+class Batch:
+    """Natural inputs (task-specific arrays), their token ids and true answers ([B] or [B, A])."""
+
+    arrays: tuple[np.ndarray, ...]
+    tokens: np.ndarray
+    truth: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.tokens)
+
+    def example(self, i: int) -> Any:
+        """Input i as the task's natural form (what ``Task.encode`` accepts)."""
+        vals = tuple(a[i].tolist() if np.ndim(a) > 1 else a[i].item() for a in self.arrays)
+        return vals[0] if len(vals) == 1 else vals
+
+    def take(self, idx: np.ndarray) -> "Batch":
+        return Batch(tuple(a[idx] for a in self.arrays), self.tokens[idx], self.truth[idx])
+
+
+@dataclass
+class Domains:
+    """The token ids allowed at each position, as a few distinct sets: position t allows
+    ``values[of[t]]`` (sorted)."""
+
+    values: list[np.ndarray]
+    of: np.ndarray  # [T]
+
+    def __getitem__(self, t: int) -> np.ndarray:
+        return self.values[int(self.of[t])]
+
+    def __len__(self) -> int:
+        return int(self.of.size)
+
+    def pairs(self, positions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Every (position, token) with the token allowed there, ordered by position: (t, u)."""
+        positions = np.asarray(positions, dtype=np.int64)
+        sizes = np.array([v.size for v in self.values], dtype=np.int64)[self.of[positions]]
+        t = np.repeat(positions, sizes)
+        u = np.empty(t.size, dtype=np.int64)
+        starts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
+        for d, vals in enumerate(self.values):
+            sel = np.flatnonzero(self.of[positions] == d)
+            if sel.size:
+                u[(starts[sel][:, None] + np.arange(vals.size)[None, :]).reshape(-1)] = np.tile(vals, sel.size)
+        return t, u
+
+
+class Task:
+    """The interface every task implements (see the module docstring)."""
+
+    #: how a natural input becomes tokens, for exports (schema in docs/exports.md)
+    ENCODING: dict[str, Any] = {}
+
+    # ---- definition ---------------------------------------------------------------------------------
+    def length(self, model: CompiledModel) -> int:
+        """Tokens per input."""
+        raise NotImplementedError
+
+    def domains(self, model: CompiledModel) -> Domains:
+        """The token ids allowed at each position."""
+        raise NotImplementedError
+
+    def truth(self, model: CompiledModel, *arrays: np.ndarray) -> np.ndarray:
+        raise NotImplementedError
+
+    def spec(self, model: CompiledModel) -> Any:
+        """The ground truth in the certificate's terms (from the task definition, not the weights)."""
+        raise NotImplementedError
+
+    # ---- encoding ---------------------------------------------------------------------------------------
+    def encode_arrays(self, model: CompiledModel, *arrays: np.ndarray) -> np.ndarray:
+        raise NotImplementedError
+
+    def to_arrays(self, model: CompiledModel, examples: list[Any]) -> tuple[np.ndarray, ...]:
+        """Natural inputs (as users write them) -> the task's arrays, validated."""
+        raise NotImplementedError
+
+    def batch(self, model: CompiledModel, *arrays: np.ndarray) -> Batch:
+        return Batch(tuple(arrays), self.encode_arrays(model, *arrays), self.truth(model, *arrays))
+
+    def encode(self, model: CompiledModel, example: Any) -> np.ndarray:
+        return self.encode_arrays(model, *self.to_arrays(model, [example]))[0]
+
+    def encode_batch(self, model: CompiledModel, examples: list[Any]) -> np.ndarray:
+        return self.encode_arrays(model, *self.to_arrays(model, list(examples)))
+
+    # ---- input sources ------------------------------------------------------------------------------------
+    def count(self, model: CompiledModel) -> int:
+        """The number of distinct inputs."""
+        raise NotImplementedError
+
+    def exhaustive(self, model: CompiledModel, batch: int = 4096) -> Iterator[Batch]:
+        raise NotImplementedError
+
+    def sample(self, model: CompiledModel, count: int, seed: int) -> Iterator[Batch]:
+        raise NotImplementedError
+
+    def adversarial(self, model: CompiledModel, count: int, seed: int) -> Iterator[Batch]:
+        raise NotImplementedError
+
+    def candidates(self, model: CompiledModel, hint: dict, count: int) -> Iterator[Batch]:
+        """Inputs to try when a proof step fails: planted from ``hint`` first, then adversarial,
+        then sampled (seeded)."""
+        yield from self.adversarial(model, count, seed=1)
+        yield from self.sample(model, count, seed=2)

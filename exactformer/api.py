@@ -1,0 +1,133 @@
+"""The public API: ``import exactformer as xf``.
+
+::
+
+    m = xf.build("index-lookup", n=65536, alphabet=64)      # or xf.index_lookup(65536, 64)
+    m([([3, 1, 4, 1, 5, 9, 2, 6], 3)])                        # answers (the exact executor, the model's format)
+    logits, cache = m.run_with_cache(inputs)                  # every activation by TransformerLens hook name
+    r = xf.verify(m, mode="certify"); r.passed; r.to_dict(); r.to_json()
+    xf.save(m, "dir"); xf.load("dir"); xf.FixedPoint.binary(4, 5); xf.constructions()
+
+:class:`Model` wraps the exact model (:class:`~exactformer.constructions.ir.CompiledModel`,
+``m.compiled``) with its task; it lives here, above the three subpackages, because running a model
+needs the executor (verify) and its task (constructions).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from exactformer.constructions import registry
+from exactformer.constructions.export import load as _load
+from exactformer.constructions.export import save as _save
+from exactformer.constructions.export import to_torch as _to_torch
+from exactformer.constructions.export import to_transformer_lens as _to_lens
+from exactformer.constructions.ir import CompiledModel
+from exactformer.precision import Format, parse_format
+from exactformer.verify.executor import RunResult, run
+from exactformer.verify.forward import Cache, forward_with_cache
+from exactformer.verify.verifier import Report
+from exactformer.verify.verifier import verify as _verify
+
+
+class Model:
+    """A built construction: its exact weights (``compiled``) and its task. Attributes of the
+    compiled model (``n``, ``params``, ``summary()``, ``d_model`` ...) are available directly."""
+
+    def __init__(self, compiled: CompiledModel):
+        self.compiled = compiled
+        self.task = registry.task_of(compiled)
+
+    def __getattr__(self, name: str) -> Any:
+        if name in ("compiled", "task"):
+            raise AttributeError(name)
+        return getattr(self.compiled, name)
+
+    def __repr__(self) -> str:
+        c = self.compiled
+        return (f"<exactformer.Model {c.construction} n={c.n} layers={c.n_layers} heads={c.n_heads} "
+                f"width={c.width} precision={c.precision}>")
+
+    # ---- inputs ---------------------------------------------------------------------------------------
+    def encode(self, example: Any) -> np.ndarray:
+        """One natural input -> token ids [T]."""
+        return self.task.encode(self.compiled, example)
+
+    def encode_batch(self, examples: list) -> np.ndarray:
+        """Natural inputs -> token ids [B, T]."""
+        return self.task.encode_batch(self.compiled, list(examples))
+
+    @staticmethod
+    def _is_batch(inputs: Any) -> bool:
+        return isinstance(inputs, list) and len(inputs) > 0 and isinstance(inputs[0], (list, tuple, np.ndarray))
+
+    def _format(self, precision: Format | str | None) -> Format:
+        p = precision if precision is not None else (self.compiled.precision or "float64")
+        return parse_format(p) if isinstance(p, str) else p
+
+    # ---- running ------------------------------------------------------------------------------------------
+    def run(self, inputs: Any, precision: Format | str | None = None, device: str = "cpu") -> RunResult:
+        """The executor's result for natural inputs (a list of them, or one)."""
+        batch = inputs if self._is_batch(inputs) else [inputs]
+        return run(self.compiled, self.encode_batch(batch), self._format(precision), device=device)
+
+    def __call__(self, inputs: Any, precision: Format | str | None = None, device: str = "cpu") -> Any:
+        """Answers: one per input for a list of inputs, one for a single input; a model answering
+        at several positions gives a list per input (None where the logits tie)."""
+        res = self.run(inputs, precision, device)
+        single = len(self.compiled.answer_positions_for(self.task.length(self.compiled))) == 1
+        answers = [a[0] if single else a for a in res.answers]
+        return answers if self._is_batch(inputs) else answers[0]
+
+    def run_with_cache(self, inputs: Any, precision: Format | str | None = None) -> tuple[np.ndarray, Cache]:
+        """All logits [B, T, d_vocab_out] (raw values) and every activation by TransformerLens hook
+        name (``cache[name]`` is exact: an ExactTensor for fixed-point formats)."""
+        batch = inputs if self._is_batch(inputs) else [inputs]
+        return forward_with_cache(self.compiled, self.encode_batch(batch), self._format(precision))
+
+    # ---- verification, files, other frameworks -------------------------------------------------------------
+    def verify(self, mode: str = "certify", **kwargs: Any) -> Report:
+        return _verify(self.compiled, mode=mode, **kwargs)
+
+    def save(self, out_dir: str | Path, **kwargs: Any) -> Path:
+        return _save(self.compiled, out_dir, **kwargs)
+
+    def to_torch(self, dtype: Any = None, device: Any = None):
+        return _to_torch(self.compiled, dtype=dtype, device=device)
+
+    def to_transformer_lens(self, dtype: Any = None, device: Any = None):
+        return _to_lens(self.compiled, dtype=dtype, device=device)
+
+
+def build(name: str, **kwargs: Any) -> Model:
+    """Build construction ``name`` (see :func:`constructions`) with its builder's keyword arguments."""
+    return Model(registry.get(name).builder(**kwargs))
+
+
+def load(path: str | Path) -> Model:
+    """A model saved by :func:`save` (every file checked against the manifest's digests)."""
+    return Model(_load(path))
+
+
+def save(model: Model | CompiledModel, out_dir: str | Path, **kwargs: Any) -> Path:
+    return _save(getattr(model, "compiled", model), out_dir, **kwargs)
+
+
+def constructions() -> dict[str, str]:
+    """Every registered construction: name -> theorem."""
+    return {name: registry.get(name).theorem for name in registry.names()}
+
+
+def builder(name: str):
+    """``xf.index_lookup(...)`` etc.: the builder of a construction, returning a :class:`Model`."""
+    fn = registry.get(name).builder
+
+    def build_model(*args: Any, **kwargs: Any) -> Model:
+        return Model(fn(*args, **kwargs))
+
+    build_model.__name__ = fn.__name__
+    build_model.__doc__ = fn.__doc__
+    return build_model
