@@ -341,7 +341,7 @@ class EqualityTask(_BooleanTask):
         x[copy, h:] = x[copy, :h]
         flips = np.where(rng.random(b) < 0.5, 0, rng.integers(1, 4, size=b)) * copy
         for i in np.flatnonzero(flips):
-            j = rng.choice(n, size=int(flips[i]), replace=False)
+            j = rng.choice(n, size=min(int(flips[i]), n), replace=False)
             x[i, j] *= -1
         return x
 

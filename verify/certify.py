@@ -72,6 +72,8 @@ def certify(model: CompiledModel, fmt: Format, task: Any, device: str = "cpu",
         reason, hint = e.reason, e.hint
     except (IRError, ValueError) as e:
         reason, hint = f"{type(e).__name__}: {e}", {}
+    except Exception as e:  # a certificate never raises on a model; a bug here is reported, never a pass
+        reason, hint = f"internal error {type(e).__name__}: {e}", {}
     cex, searched = None, "no counterexample search (no runner)"
     if run_candidates is not None:
         cex, searched = _search(model, task, hint, run_candidates)
