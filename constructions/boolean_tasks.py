@@ -332,7 +332,8 @@ class EqualityTask(_BooleanTask):
         """[#{i <= N/2 : x_i != x_{i+N/2}} > 0], negated for EQ."""
         h = model.n // 2
         xor = np.array([[0, 1], [1, 0]], dtype=np.int64)
-        return CountThreshold(model.n - 1, [((i, i + h), xor) for i in range(h)], 0, not self.complement, (0, 1))
+        pairs = np.stack([np.arange(h), np.arange(h) + h], axis=1)
+        return CountThreshold(model.n - 1, [(pairs, xor)], 0, not self.complement, (0, 1))
 
     def _draw(self, model, rng, b):
         n, h = model.n, model.n // 2
@@ -410,12 +411,8 @@ class ThresholdTask(_BooleanTask):
     def spec(self, model: CompiledModel) -> CountThreshold:
         """[sum_j g_j(x_{I_j}) > b]; input bit i (1-based) is token position i (BOS at 0)."""
         idx, ft, types, b = self._spec(model)
-        feats = []
-        for j in range(len(ft)):
-            if ft[j] < 0:
-                continue
-            r, table = types[ft[j]]
-            feats.append((tuple(int(v) for v in idx[j, :r]), np.asarray(table, dtype=np.int64).reshape((2,) * r)))
+        feats = [(idx[ft == tau, :r], np.asarray(table, dtype=np.int64).reshape((2,) * r))
+                 for tau, (r, table) in enumerate(types)]
         return CountThreshold(model.n, feats, b, False, (0, 1))
 
     def truth(self, model: CompiledModel, x: np.ndarray) -> np.ndarray:
@@ -554,12 +551,13 @@ class ThresholdTask(_BooleanTask):
         return [x, _single_flips(x, False)]
 
 
-def parse_clauses(text: str) -> list[list[int]]:
-    """'1,-2;3,4' -> [[1, -2], [3, 4]] (the CLI's --clauses)."""
+def parse_clauses(text: str, name: str = "clauses") -> list[list[int]]:
+    """'1,-2;3,4' -> [[1, -2], [3, 4]] (the CLI's --clauses / --terms; ``name`` is named in errors)."""
+    form = f"{name} must look like '1,-2;3,4' (literals +v / -v separated by ',', {name} separated by ';')"
     if not isinstance(text, str) or not text.strip():
-        raise ThresholdError("clauses must look like '1,-2;3,4' (literals +v / -v, clauses separated by ';')")
+        raise ThresholdError(form)
     try:
         out = [[int(v) for v in part.split(",")] for part in text.split(";")]
     except ValueError:
-        raise ThresholdError(f"clauses must look like '1,-2;3,4' (literals +v / -v, clauses separated by ';'), got {text!r}") from None
+        raise ThresholdError(f"{form}, got {text!r}") from None
     return out

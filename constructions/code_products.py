@@ -96,12 +96,18 @@ def histograms(qcode: Any, qi: np.ndarray, kcode: Any, kj: np.ndarray, device: s
         ag = np.asarray(qcode.agreements(np.arange(M, dtype=np.int64)), dtype=np.int64)
         hist = np.zeros((qi.size, q + 1), dtype=np.int64)
         blocks = [b for s, c in _ranges(kj) for b in _dyadic_blocks(s, c)]
-        for lv in range(q + 1):
-            pref = np.zeros(M + 1, dtype=np.int64)
-            np.cumsum(ag == lv, out=pref[1:])
-            for b0, m in blocks:
-                begin = ((qi ^ b0) >> m) << m
-                hist[:, lv] += pref[begin + (1 << m)] - pref[begin]
+        pref = np.zeros((M + 1, q + 1), dtype=np.int32)  # pref[x, lv] = #{c < x : agreements(c) = lv}
+        np.cumsum(ag[:, None] == np.arange(q + 1)[None, :], axis=0, out=pref[1:])
+        for b0, m in blocks:
+            # the keys of an aligned block XOR the query form the aligned block starting at begin
+            hb = (qi ^ b0) >> m
+            if (M >> m) * 4 <= qi.size:  # few distinct blocks: tabulate them, then gather
+                starts = np.arange(M >> m, dtype=np.int64) << m
+                table = pref[starts + (1 << m)].astype(np.int64) - pref[starts]
+                hist += table[hb]
+            else:
+                begin = hb << m
+                hist += pref[begin + (1 << m)].astype(np.int64) - pref[begin]
         used = np.flatnonzero(hist.sum(axis=0))
         return q * used.astype(np.int64), hist[:, used]
     k = int(qcode.k)

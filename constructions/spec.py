@@ -13,7 +13,6 @@ the specification evaluates to the ground truth on all inputs at small N.
 
 from __future__ import annotations
 
-import itertools
 from dataclasses import dataclass
 from typing import Any
 
@@ -64,40 +63,44 @@ class Select:
 
 @dataclass
 class CountThreshold:
+    """``answer = [S > b]`` (negated if ``negate``), S = the number of features equal to 1.
+
+    ``features``: batches (positions [M, r], table): M features, each the 0/1 function ``table``
+    (r axes over the domains' indices) of the tokens at its row of positions."""
+
     answer_position: int
-    features: list[tuple[tuple[int, ...], np.ndarray]]  # (positions, 0/1 table over their domains' indices)
+    features: list[tuple[np.ndarray, np.ndarray]]
     b: int
     negate: bool
     answer_index: tuple[int, int]  # answer index of "false", "true"
 
-    def evaluate(self, tokens: np.ndarray, domains: list[np.ndarray]) -> np.ndarray:
+    def evaluate(self, tokens: np.ndarray, domains: Any) -> np.ndarray:
         t = np.asarray(tokens)
         S = np.zeros(len(t), dtype=np.int64)
-        for pos, table in self.features:
-            idx = tuple(np.searchsorted(domains[p], t[:, p]) for p in pos)
-            S += table[idx]
+        for positions, table in self.features:
+            for row in np.asarray(positions):
+                S += np.asarray(table)[tuple(np.searchsorted(domains[int(p)], t[:, int(p)]) for p in row)]
         truth = (S > self.b) != self.negate
         return np.where(truth, self.answer_index[1], self.answer_index[0])
 
-    def check(self, group: Group, answer: np.ndarray, domains: list[np.ndarray]) -> None:
+    def check(self, group: Group, answer: np.ndarray, domains: Any) -> None:
         counts = [i for i, v in enumerate(group.vars) if v.kind == "count"]
         if len(counts) != 1:
             raise Unproven("the answer is not a threshold of a count (no count variable in its view)")
         ci = counts[0]
         cv = group.vars[ci]
-        model_feats, const_model = _model_features(cv.count, domains)
-        spec_feats, const_spec = _canonical(self.features, domains)
-        if sorted(model_feats) != sorted(spec_feats):
-            extra = sorted(set(model_feats) - set(spec_feats))[:1] or sorted(set(spec_feats) - set(model_feats))[:1]
-            raise Unproven(f"the features the model counts differ from the task's (e.g. a feature on positions "
-                           f"{list(extra[0][0]) if extra else '?'})",
-                           {"positions": list(extra[0][0]) if extra else []})
-        # every achievable count, every assignment of the rest of the view: the task's answer
+        tables: dict[bytes, int] = {}
+        model_rows, const_model = _model_features(cv.count, tables)
+        spec_rows, const_spec = _canonical_batches(self.features, tables)
+        if model_rows.shape != spec_rows.shape or not np.array_equal(model_rows, spec_rows):
+            diff = _first_difference(model_rows, spec_rows)
+            raise Unproven(f"the features the model counts differ from the task's (e.g. a feature on positions {diff})",
+                           {"positions": diff})
+        # every achievable count and every assignment of the rest of the view: the task's answer
         S = cv.domain
         truth = ((S - const_model + const_spec) > self.b) != self.negate
         want = np.where(truth, self.answer_index[1], self.answer_index[0])
-        got = np.moveaxis(answer, ci, -1)
-        got = np.take(got, cv.cls, axis=-1)
+        got = np.take(np.moveaxis(answer, ci, -1), cv.cls, axis=-1)
         bad = np.argwhere(got != want)
         if bad.size:
             s = int(S[bad[0][-1]])
@@ -105,64 +108,75 @@ class CountThreshold:
                            f"{int(want[bad[0][-1]])}", {"counts": [s]})
 
 
-def _reduce(positions: tuple[int, ...], table: np.ndarray) -> tuple[tuple[int, ...], tuple] | int:
-    """A 0/1 function of tokens at ``positions`` without the positions it ignores, with positions
-    sorted: (positions, table as nested tuples), or the constant 0/1 it is."""
-    table = np.asarray(table, dtype=np.int64)
-    pos = list(positions)
-    # merge repeated positions (the same token read twice): keep the diagonal
-    while len(set(pos)) < len(pos):
-        for i in range(len(pos)):
-            js = [j for j in range(i + 1, len(pos)) if pos[j] == pos[i]]
-            if js:
-                j = js[0]
-                table = np.diagonal(table, axis1=i, axis2=j)
-                table = np.moveaxis(table, -1, i)
-                pos.pop(j)
-                break
-    keep = [i for i in range(table.ndim) if np.any(np.ptp(table, axis=i) != 0)]
-    for i in sorted(set(range(table.ndim)) - set(keep), reverse=True):
-        table = np.take(table, 0, axis=i)
-    pos = [pos[i] for i in keep]
-    if not pos:
-        return int(table)
-    order = np.argsort(pos)
-    table = np.transpose(table, order)
-    return tuple(pos[i] for i in order), _nested(table)
-
-
-def _nested(a: np.ndarray) -> tuple:
-    return tuple(_nested(x) for x in a) if a.ndim > 1 else tuple(int(x) for x in a)
-
-
-def _canonical(features: list[tuple[tuple[int, ...], np.ndarray]], domains: list[np.ndarray]) -> tuple[list, int]:
-    out, const = [], 0
-    for pos, table in features:
-        r = _reduce(tuple(pos), table)
-        if isinstance(r, int):
-            const += r
-        else:
-            out.append(r)
-    return out, const
-
-
-def _model_features(count: Any, domains: list[np.ndarray]) -> tuple[list, int]:
-    """The count's features as (positions, table over the positions' domain indices)."""
-    feats = []
-    for gi, g in enumerate(count.groups):
-        table = count.features[gi]
-        if not np.any(table):
+def _canonical_batches(batches: list[tuple[np.ndarray, np.ndarray]], tables: dict[bytes, int]) -> tuple[np.ndarray, int]:
+    """Features as canonical rows [table id, positions sorted, -1 padded to 8], sorted, and the
+    number of constant-1 features. A feature is canonical once the positions it ignores are
+    dropped, a position read twice is read once, and its positions are in increasing order (the
+    table transposed accordingly); ``tables`` maps canonical tables to ids (shared by both sides)."""
+    rows, const = [], 0
+    for positions, table in batches:
+        positions = np.asarray(positions, dtype=np.int64).reshape(len(positions), -1)
+        table = np.asarray(table, dtype=np.int64)
+        if positions.shape[0] == 0:
             continue
-        for m in range(g.pos.size):
-            pos, idx = [], []
-            for v in g.vars:
-                if v.kind != "tok":
-                    raise Unproven("a counted feature depends on a variable that is not a token")
-                pos.append(int(v.at[m]))
-                idx.append(v.cls)
-            feats.append((tuple(pos), table[np.ix_(*idx)] if idx else table))
-    return _canonical(feats, domains)
+        # positions repeated within a row: read once (the diagonal), row by row (rare)
+        rep = np.any(np.diff(np.sort(positions, axis=1), axis=1) == 0, axis=1)
+        for i in np.flatnonzero(rep):
+            p, t = _merge_repeats(list(positions[i]), table)
+            r, c = _canonical_batches([(np.array([p]), t)], tables)
+            rows.append(r)
+            const += c
+        positions = positions[~rep]
+        keep = [i for i in range(table.ndim) if np.any(np.ptp(table, axis=i) != 0)]
+        if not keep:
+            const += int(table.reshape(-1)[0]) * len(positions)
+            continue
+        reduced = table[tuple(slice(None) if i in keep else 0 for i in range(table.ndim))]
+        pos = positions[:, keep]
+        perms = np.argsort(pos, axis=1, kind="stable")
+        uperm, inv = np.unique(perms, axis=0, return_inverse=True)
+        ids = np.empty(len(uperm), dtype=np.int64)
+        for j, perm in enumerate(uperm):
+            t = np.ascontiguousarray(np.transpose(reduced, perm))
+            key = t.tobytes() + repr(t.shape).encode()
+            ids[j] = tables.setdefault(key, len(tables))
+        sorted_pos = np.take_along_axis(pos, perms, axis=1)
+        out = np.full((len(pos), 9), -1, dtype=np.int64)
+        out[:, 0] = ids[inv.reshape(-1)]
+        out[:, 1 : 1 + sorted_pos.shape[1]] = sorted_pos
+        rows.append(out)
+    allrows = np.concatenate(rows) if rows else np.zeros((0, 9), dtype=np.int64)
+    order = np.lexsort(allrows.T[::-1])
+    return allrows[order], const
 
 
-__all__ = ["Select", "CountThreshold"]
-_ = itertools  # noqa
+def _merge_repeats(pos: list[int], table: np.ndarray) -> tuple[list[int], np.ndarray]:
+    """The same function reading each position once (the diagonal of the repeated axes)."""
+    while len(set(pos)) < len(pos):
+        i = next(i for i in range(len(pos)) if pos[i] in pos[i + 1:])
+        j = pos.index(pos[i], i + 1)
+        table = np.moveaxis(np.diagonal(table, axis1=i, axis2=j), -1, i)
+        pos.pop(j)
+    return pos, table
+
+
+def _model_features(count: Any, tables: dict[bytes, int]) -> tuple[np.ndarray, int]:
+    """The count's features (per group: its feature table over the domains of its token variables,
+    at every member's positions) in canonical form."""
+    batches = []
+    for g, table in zip(count.groups, count.features):
+        if any(v.kind != "tok" for v in g.vars):
+            if np.any(table):
+                raise Unproven("a counted feature depends on a variable that is not a token")
+            continue
+        dom_table = table[np.ix_(*[v.cls for v in g.vars])] if g.vars else table
+        positions = np.stack([v.at for v in g.vars], axis=1) if g.vars else np.zeros((g.pos.size, 0), np.int64)
+        batches.append((positions, dom_table))
+    return _canonical_batches(batches, tables)
+
+
+def _first_difference(a: np.ndarray, b: np.ndarray) -> list[int]:
+    sa = {tuple(r) for r in a.tolist()}
+    sb = {tuple(r) for r in b.tolist()}
+    diff = sorted(sa ^ sb)
+    return [int(p) for p in diff[0][1:] if p >= 0] if diff else []

@@ -65,7 +65,9 @@ def import_target(ctx: CertContext, state: State, need: np.ndarray, q_t: np.ndar
     if start is None:
         raise Unproven("internal: queries must be ordered by position")
     end = np.append(start[1:], q_t.size)
-    fixed = np.array([np.all(target[a:b] == target[a]) and np.all(cls[a:b] == cls[a]) for a, b in zip(start, end)])
+    lens = end - start
+    same = (target == np.repeat(target[start], lens)) & (cls == np.repeat(cls[start], lens))
+    fixed = np.logical_and.reduceat(same, start) if same.size else np.zeros(0, dtype=bool)
     # ---- fixed target: the query's view gains the target's view ------------------------------------
     fp = need[fixed]
     if fp.size:

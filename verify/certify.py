@@ -211,12 +211,11 @@ def _align(need: np.ndarray, residual: list[Group], heads: list[list[tuple[Group
     """Split ``need`` into sets of positions covered by one residual group and one output group of
     every head; each set as a list of (group restricted to it, table) parts in the same order."""
     key = np.zeros((need.size, 1 + len(heads)), dtype=np.int64)
-    index = {int(p): i for i, p in enumerate(need)}
+    order = np.argsort(need, kind="stable")
 
     def label(groups: list[Group], col: int) -> None:
         for gi, g in enumerate(groups):
-            for m, p in enumerate(g.pos):
-                key[index[int(p)], col] = gi
+            key[order[np.searchsorted(need, g.pos, sorter=order)], col] = gi
 
     label(residual, 0)
     for hi, out in enumerate(heads):
