@@ -386,7 +386,7 @@ class _Plan:
 
     def _proj(self, li: int, L, h: int, which: str, tokens: np.ndarray, x, positions: np.ndarray,
               dims: np.ndarray | None = None) -> _Proj:
-        fmt, be = self.fmt, self.be
+        be = self.be
         rows = L["reads"]["W_" + which][h]
         W, b = L["W_" + which][h], L["b_" + which][h]
         if dims is not None:
