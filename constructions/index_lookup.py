@@ -118,6 +118,9 @@ class IndexLookupTask(Task):
             if not (isinstance(e, (tuple, list)) and len(e) == 2):
                 raise IndexLookupError("an input is (symbols, p): a list of N symbols and a 1-based index p")
             sy, p = e
+            if not isinstance(sy, (list, tuple, np.ndarray)):
+                raise IndexLookupError(f"symbols must be a list of N = {model.n} integers in [0, {len(model.answers)}), "
+                                       f"got {type(sy).__name__}")
             if isinstance(p, bool) or not isinstance(p, (int, np.integer)):
                 raise IndexLookupError(f"p must be an integer in [1, {model.n}], got {p!r}")
             if any(isinstance(v, bool) or not isinstance(v, (int, np.integer)) for v in sy):

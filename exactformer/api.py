@@ -15,6 +15,7 @@ needs the executor (verify) and its task (constructions).
 
 from __future__ import annotations
 
+import inspect
 from pathlib import Path
 from typing import Any
 
@@ -102,8 +103,22 @@ class Model:
         return _to_lens(self.compiled, dtype=dtype, device=device)
 
 
+class BuildError(ValueError):
+    """Arguments that the construction's builder does not take (or a missing required one)."""
+
+
+def _arguments(name: str, args: tuple, kwargs: dict[str, Any]) -> None:
+    """Refuse arguments the builder of ``name`` does not take, naming its parameters."""
+    c = registry.get(name)
+    try:
+        inspect.signature(c.builder).bind(*args, **kwargs)
+    except TypeError as e:
+        raise BuildError(f"{name}: {e}; its parameters are {', '.join(c.parameters)}") from None
+
+
 def build(name: str, **kwargs: Any) -> Model:
     """Build construction ``name`` (see :func:`constructions`) with its builder's keyword arguments."""
+    _arguments(name, (), kwargs)
     return Model(registry.get(name).builder(**kwargs))
 
 
@@ -126,6 +141,7 @@ def builder(name: str):
     fn = registry.get(name).builder
 
     def build_model(*args: Any, **kwargs: Any) -> Model:
+        _arguments(name, args, kwargs)
         return Model(fn(*args, **kwargs))
 
     build_model.__name__ = fn.__name__

@@ -1,109 +1,321 @@
-"""The exactformer CLI: build, verify (by name, from a directory, all), errors."""
+"""The exactformer CLI (docs/cli.md): options from the registry, every bad input as one line with
+exit 2, JSON schemas, exit codes, progress, and the API's errors behind it."""
 
 from __future__ import annotations
 
+import io
+import re
 import json
+from fractions import Fraction
 from pathlib import Path
 
+import numpy as np
+import pytest
+from rich.console import Console
 from typer.testing import CliRunner
 
+import exactformer as xf
+from exactformer.constructions import registry
+from exactformer.constructions.index_lookup import IndexLookupTask, index_lookup
+from exactformer.constructions.ir import CompiledModel
 from exactformer.verify.cli import app
+from exactformer.verify.cli_options import builder_kwargs, parameter_docs
+from exactformer.verify.cli_output import Steps
 
 runner = CliRunner()
 
+REPORT_KEYS = {"construction", "theorem", "n", "mode", "passed", "inputs_covered", "seed", "precision",
+               "precision_bits", "eta", "eta_paper", "k", "layers", "heads", "width", "size_bits", "seconds",
+               "min_margin", "counts", "counterexample", "reason", "details"}
 
-def _json(result) -> dict:
-    assert result.exit_code in (0, 1), result.output
-    return json.loads(result.stdout.strip().splitlines()[-1])
+
+def invoke(*args: str):
+    return runner.invoke(app, list(args))
+
+
+def one_json(r) -> dict:
+    lines = [line for line in r.stdout.splitlines() if line.strip()]
+    assert len(lines) == 1, r.stdout
+    return json.loads(lines[0])
+
+
+def bad(r, *words: str) -> str:
+    """Exit 2 with one plain error line naming ``words``, no traceback."""
+    assert r.exit_code == 2, (r.exit_code, r.stdout, r.stderr)
+    lines = r.stderr.strip().splitlines()
+    assert lines and lines[-1].startswith("error: "), r.stderr
+    assert "Traceback" not in r.output and "╭" not in r.output
+    for w in words:
+        assert w in lines[-1], (w, lines[-1])
+    return lines[-1]
+
+
+# ---- verify and build ------------------------------------------------------------------------------------------------
 
 
 def test_verify_by_name_certify_json():
-    r = runner.invoke(app, ["verify", "index-lookup", "--n", "64", "--alphabet", "8", "--json"])
-    d = _json(r)
-    assert r.exit_code == 0
-    for key in ("construction", "n", "passed", "mode", "inputs_covered", "precision_bits", "eta", "eta_paper",
-                "k", "width", "size_bits", "seconds", "counterexample"):
-        assert key in d
-    assert d["passed"] is True and d["inputs_covered"] == "all" and d["mode"] == "certify"
+    r = invoke("verify", "index-lookup", "--n", "64", "--alphabet", "8", "--json")
+    d = one_json(r)
+    assert r.exit_code == 0 and REPORT_KEYS <= set(d)
+    assert d["passed"] is True and d["inputs_covered"] == "all" and d["mode"] == "certify" and d["seed"] is None
 
 
-def test_verify_sample_and_failing_exit_code():
-    r = runner.invoke(app, ["verify", "index-lookup", "--n", "32", "--alphabet", "4", "--mode", "sample",
-                            "--samples", "20", "--seed", "5", "--json"])
-    d = _json(r)
-    assert d["passed"] and d["inputs_covered"] == 40 and d["seed"] == 5
-    # eta far too small: verify fails with a counterexample and exit code 1
-    r = runner.invoke(app, ["verify", "index-lookup", "--n", "64", "--alphabet", "4", "--eta", "1",
-                            "--precision", "binary:int=6,frac=8", "--json"])
-    d = _json(r)
+def test_verify_sample_exhaustive_and_failing_exit_code():
+    r = invoke("verify", "index-lookup", "--n", "32", "--alphabet", "4", "--mode", "sample", "--samples", "20",
+               "--seed", "5", "--json")
+    d = one_json(r)
+    assert r.exit_code == 0 and d["passed"] and d["inputs_covered"] == 40 and d["seed"] == 5
+    assert "not errors" in d["counts_meaning"]["underflows"]  # a count says what it means
+    r = invoke("verify", "equality", "--n", "8", "--mode", "exhaustive", "--json")
+    assert r.exit_code == 0 and one_json(r)["inputs_covered"] == 256
+    # eta far too small: a counterexample, exit 1 (also in the table form)
+    args = ["verify", "index-lookup", "--n", "64", "--alphabet", "4", "--eta", "1", "--precision", "binary:int=6,frac=8"]
+    r = invoke(*args, "--json")
+    d = one_json(r)
     assert r.exit_code == 1 and not d["passed"] and d["counterexample"] is not None
+    r = invoke(*args)
+    assert r.exit_code == 1 and "FAIL" in r.stdout and "counterexample" in r.stdout
+
+
+def test_human_report_explains_counts():
+    r = invoke("verify", "index-lookup", "--n", "16", "--alphabet", "4", "--mode", "sample", "--samples", "10")
+    assert r.exit_code == 0 and "PASS" in r.stdout
+    line = next(line for line in r.stdout.splitlines() if "underflows" in line)
+    assert "not errors" in line or "rounded to 0" in line
 
 
 def test_build_then_verify_dir(tmp_path: Path):
     out = tmp_path / "il"
-    r = runner.invoke(app, ["build", "index-lookup", "--n", "32", "--alphabet", "4", "--out", str(out), "--json"])
-    assert r.exit_code == 0, r.output
-    assert (out / "model.safetensors").exists() and (out / "manifest.json").exists()
-    r = runner.invoke(app, ["verify", str(out), "--json"])
-    d = _json(r)
-    assert r.exit_code == 0 and d["passed"]
+    r = invoke("build", "index-lookup", "--n", "32", "--alphabet", "4", "--out", str(out), "--json")
+    d = one_json(r)
+    assert r.exit_code == 0 and d["out"] == str(out) and "manifest.json" in d["files"]
+    assert {"construction", "n", "layers", "heads", "width", "precision", "params"} <= set(d)
+    r = invoke("verify", str(out), "--json")
+    assert r.exit_code == 0 and one_json(r)["passed"]
+    r = invoke("verify", str(out), "--mode", "sample", "--samples", "5", "--json")
+    assert r.exit_code == 0 and one_json(r)["inputs_covered"] == 10
+    # a saved model's options are fixed: construction options are refused, not ignored
+    bad(invoke("verify", str(out), "--n", "999", "--alphabet", "3"), "--n", "no such option", "--mode")
     # tampering with the weights is refused
     data = bytearray((out / "model.safetensors").read_bytes())
     data[-1] ^= 0xFF
     (out / "model.safetensors").write_bytes(bytes(data))
-    r = runner.invoke(app, ["verify", str(out), "--json"])
-    assert r.exit_code == 2 and "sha256" in r.output
+    r = invoke("verify", str(out), "--json")
+    assert "sha256" in bad(r) and "sha256" in one_json(r)["error"]
 
 
-def test_bad_options_name_the_parameter():
-    r = runner.invoke(app, ["verify", "index-lookup", "--n", "64", "--mode", "prove"])
-    assert r.exit_code == 2 and "--mode" in r.output
-    r = runner.invoke(app, ["verify", "index-lookup", "--n", "64", "--device", "tpu"])
-    assert r.exit_code == 2 and "--device" in r.output
-    r = runner.invoke(app, ["verify", "index-lookup", "--n", "1"])
-    assert r.exit_code == 2 and "n must be" in r.output
-    r = runner.invoke(app, ["verify", "index-lookup", "--n", "64", "--precision", "binary:int=-1,frac=3"])
-    assert r.exit_code == 2 and "--precision" in r.output
-    r = runner.invoke(app, ["verify", "nonsense", "--n", "64"])
-    assert r.exit_code == 2 and "construction must be one of" in r.output
+def test_build_table_and_out_errors(tmp_path: Path):
+    r = invoke("build", "equality", "--n", "8", "--out", str(tmp_path / "eq"), "--compact")
+    assert r.exit_code == 0 and "eta" in r.stdout and not (tmp_path / "eq" / "model.safetensors").exists()
+    f = tmp_path / "afile"
+    f.write_text("x")
+    bad(invoke("build", "equality", "--n", "12", "--out", str(f)), "--out", "not a directory")
+    bad(invoke("build", "equality", "--n", "12"), "--out is required")
+    bad(invoke("build", "nonsense", "--n", "12", "--out", str(tmp_path / "x")), "not a construction", "index-lookup")
 
 
-def test_find_min_precision_cli():
-    r = runner.invoke(app, ["verify", "index-lookup", "--n", "64", "--alphabet", "4", "--find-min-precision", "--json"])
-    d = _json(r)
-    assert r.exit_code == 0 and d["min_value"] is not None and d["min_value"] in d["passing"]
+# ---- issue 8 item 5: each bad input one line naming the parameter and the allowed values --------------------------------
+
+
+@pytest.mark.parametrize("args,words", [
+    (["verify", "dnf", "--n", "16", "--clauses", "a,b"], ["--clauses", "no such option", "--terms"]),
+    (["verify", "dnf", "--n", "16", "--terms", "a,b"], ["--terms", "'1,-2;3,4'"]),
+    (["verify", "cnf", "--n", "16", "--clauses", "1,2;;3"], ["--clauses", "'1,-2;3,4'", "1,2;;3"]),
+    (["verify", "threshold", "--n", "16", "--clauses", "1,2"], ["--clauses", "no such option"]),
+    (["verify", "/does/not/exist"], ["/does/not/exist", "no such construction or directory", "index-lookup"]),
+    (["verify", "nonsense", "--n", "64"], ["nonsense", "no such construction or directory"]),
+    (["verify", "threshold", "--n", "16", "--features", "nofile.json"], ["--features", "no such file", "nofile.json"]),
+    (["verify", "threshold", "--n", "16", "--features", "[[1,2"], ["--features", "not valid JSON", "index set"]),
+    (["verify", "threshold", "--n", "16", "--features", "[[1,2]]", "--g", "0x"], ["g must be a truth table"]),
+    (["verify", "index-lookup", "--n", "16", "--eta", "1/0"], ["eta", "1/0", "number"]),
+    (["verify", "equality", "--n", "16", "--features", "[[1]]"], ["--features", "no such option"]),
+    (["verify", "equality", "--n", "16", "--alphabet", "8"], ["--alphabet", "no such option"]),
+    (["verify", "equality", "--n", "7"], ["n must be an even integer in [2, 2^24]"]),
+    (["verify", "equality", "--n", "x"], ["--n", "integer", "[2, 2^24]"]),
+    (["verify", "equality"], ["--n is required", "[2, 2^24]"]),
+    (["verify", "index-lookup", "--n", "1"], ["n must be an integer in [2, 2^24]"]),
+    (["verify", "index-lookup", "--n", "64", "--mode", "prove"], ["--mode", "certify | exhaustive | sample"]),
+    (["verify", "index-lookup", "--n", "64", "--device", "tpu"], ["--device", "cpu or cuda"]),
+    (["verify", "index-lookup", "--n", "64", "--precision", "binary:int=-1,frac=3"], ["--precision"]),
+    (["verify", "index-lookup", "--n", "64", "--samples", "9"], ["--samples", "only with --mode sample"]),
+    (["verify", "index-lookup", "--n", "64", "--mode", "sample", "--samples", "0"], ["--samples", ">= 1"]),
+    (["verify", "index-lookup", "--n", "64", "--mode", "sample", "--samples", "x"], ["--samples", "integer"]),
+    (["verify", "index-lookup", "--n", "64", "--mode", "exhaustive"], ["exhaustive", "limit"]),
+    (["verify", "index-lookup", "--n", "64", "--find-min-precision", "--mode", "sample"], ["--find-min-precision", "--mode"]),
+    (["verify", "index-lookup", "--n", "64", "--scan", "paper"], ["--scan", "only with --find-min-precision"]),
+    (["verify", "all", "--n", "64", "--mode", "exhaustive"], ["--mode exhaustive", "limit"]),
+    (["verify", "all", "--n", "64", "--alphabet", "4"], ["--alphabet", "no such option"]),
+    (["verify", "all", "--n", "64", "--samples", "3"], ["--samples", "only with --mode sample"]),
+    (["positions", "--n", "2^40", "--certify"], ["--certify", "hours", "--force"]),
+    (["positions", "--n", "100", "--force"], ["--force", "only with --certify"]),
+])
+def test_bad_input_is_one_line_with_exit_2(args, words):
+    bad(invoke(*args), *words)
+    r = invoke(*args, "--json")  # under --json: {"error": ...} on stdout, exit 2
+    assert r.exit_code == 2 and set(one_json(r)) == {"error"}
+
+
+def test_json_errors_of_the_other_commands():
+    for args in (["sizes", "--n-min", "1", "--json"], ["attention", "--kind", "nope", "--n", "8", "--json"]):
+        r = invoke(*args)
+        assert r.exit_code == 2 and set(one_json(r)) == {"error"} and r.stderr.startswith("error: ")
+
+
+def test_help_shows_docstring_ranges_without_markup():
+    r = invoke("verify", "threshold", "--help")
+    assert r.exit_code == 0
+    text = " ".join(r.stdout.split())
+    for phrase in ("int in [0, m]", "[index set, truth table]", "int in [2, 2^22]", "--code-seed",
+                   "--find-min-precision", "--mode", "--samples", "--seed", "--device", "--json"):
+        assert phrase in text, phrase
+    assert "<bool>" not in r.stdout and "<int>" not in r.stdout
+    # every option of every command has help
+    from typer.main import get_command
+
+    root = get_command(app)
+    ctx = root.make_context("exactformer", ["verify", "threshold"], resilient_parsing=True)
+    for group, names in (("build", registry.names()), ("verify", [*registry.names(), "all"])):
+        g = root.get_command(ctx, group)
+        for name in names:
+            cmd = g.get_command(ctx, name)
+            for p in cmd.params:
+                if p.param_type_name == "option":
+                    assert p.help, (group, name, p.name)
+
+
+def test_every_builder_parameter_is_documented_and_an_option():
+    for name in registry.names():
+        docs = parameter_docs(registry.get(name).builder)
+        r = invoke("verify", name, "--help")
+        for p in registry.get(name).parameters:
+            assert p in docs, (name, p)
+            flag = "--code-seed" if p == "seed" else "--" + p.replace("_", "-")
+            assert flag in r.stdout, (name, flag)
+
+
+def test_option_conversions():
+    kw = builder_kwargs("cnf", {"n": "2^4", "clauses": "1,-2;3", "max_inner": "0.25", "eta": "one-hot",
+                                "precision": "paper:kc=2", "code_seed": "3"})
+    assert kw == {"n": 16, "clauses": [[1, -2], [3]], "max_inner": Fraction(1, 4), "eta": "one-hot",
+                  "precision": xf.parse_format("paper:n=16,kc=2"), "seed": 3}
+    assert builder_kwargs("equality", {"n": "8", "eta": "3/2"})["eta"] == Fraction(3, 2)
+    assert builder_kwargs("threshold", {"n": "8", "features": "[[1, 2]]", "g": "0110"})["features"] == [[1, 2]]
+
+
+def test_find_min_precision_table_and_json():
+    r = invoke("verify", "index-lookup", "--n", "16", "--alphabet", "4", "--find-min-precision", "--json")
+    d = one_json(r)
+    assert r.exit_code == 0 and d["passed"] and d["min_value"] in d["passing"] and d["precision"].startswith("binary:")
+    assert {"construction", "n", "mode", "kind", "checked_up_to", "results"} <= set(d)
+    assert all({"value", "precision", "passed", "reason"} == set(x) for x in d["results"])
+    r = invoke("verify", "index-lookup", "--n", "16", "--alphabet", "4", "--find-min-precision", "--scan", "paper")
+    assert r.exit_code == 0 and "paper:n=16,kc=" in r.stdout and "{'" not in r.stdout
+
+
+# ---- verify all ---------------------------------------------------------------------------------------------------------
 
 
 def test_verify_all_small():
-    r = runner.invoke(app, ["verify", "all", "--n", "64", "--json"])
-    assert r.exit_code == 0, r.output
-    rows = json.loads(r.stdout.strip().splitlines()[-1])
-    assert {row["construction"] for row in rows} == {"index-lookup", "equality", "inequality", "disjointness",
-                                                     "dnf", "cnf", "threshold"}
-    assert all(row["passed"] for row in rows)
+    r = invoke("verify", "all", "--n", "16", "--json")
+    d = one_json(r)
+    assert r.exit_code == 0 and d["passed"] and d["n"] == 16 and d["mode"] == "certify"
+    assert [x["name"] for x in d["reports"]] == registry.names()
+    assert all(REPORT_KEYS <= set(x) and x["precision"] and x["note"] is None for x in d["reports"])
+    r = invoke("verify", "all", "--n", "16", "--mode", "sample", "--samples", "4", "--seed", "2", "--json")
+    d = one_json(r)  # the mode is honoured, not ignored
+    assert r.exit_code == 0 and all(x["mode"] == "sample" and x["seed"] == 2 for x in d["reports"])
+    r = invoke("verify", "all", "--n", "16")
+    assert r.exit_code == 0 and all(name in r.stdout for name in registry.names())
 
 
-def test_boolean_constructions_from_the_cli(tmp_path: Path):
-    r = runner.invoke(app, ["verify", "dnf", "--n", "12", "--clauses", "1,-2;3,4", "--json"])
-    d = _json(r)
-    assert r.exit_code == 0 and d["passed"] and d["construction"] == "dnf" and d["layers"] == 2
-    spec = tmp_path / "features.json"
-    spec.write_text(json.dumps([[[1, 2], [0, 1, 1, 0]], [[3, 4], [0, 1, 1, 0]], [[5], [0, 1]]]))
-    r = runner.invoke(app, ["verify", "threshold", "--n", "10", "--features", str(spec), "--b", "1",
-                            "--mode", "exhaustive", "--json"])
-    d = _json(r)
-    assert r.exit_code == 0 and d["passed"] and d["inputs_covered"] == 2**10
-    # a too-small eta is rejected with a counterexample
-    r = runner.invoke(app, ["verify", "inequality", "--n", "16", "--eta", "1/32", "--precision",
-                            "binary:int=6,frac=5", "--json"])
-    d = _json(r)
-    assert r.exit_code == 1 and not d["passed"]
+def _tiny(n: int, alphabet: int = 2, wide: bool = False) -> CompiledModel:
+    """A test construction without a certificate (its model has no plan of certified blocks).
+
+    Parameters
+    ----------
+    n : int in [2, 64]. N.
+    alphabet : int in [2, 4]. |Sigma|.
+    wide : use a 4-symbol alphabet instead.
+    """
+    model = index_lookup(n, 4 if wide else alphabet)
+    model.plan = []
+    return model
 
 
-def test_boolean_bad_options():
-    r = runner.invoke(app, ["verify", "threshold", "--n", "16", "--features", "[[1,2]]", "--g", "0x"])
-    assert r.exit_code == 2 and "--g" in r.output
-    r = runner.invoke(app, ["verify", "threshold", "--n", "16", "--features", "[[1,2", "--g", "0110"])
-    assert r.exit_code == 2 and "--features" in r.output
-    r = runner.invoke(app, ["verify", "equality", "--n", "7"])
-    assert r.exit_code == 2 and "n" in r.output
+def test_a_new_construction_needs_no_cli_edit(monkeypatch):
+    registry.names()
+    monkeypatch.setitem(registry._REGISTRY, "tiny-lookup",
+                        registry.Construction("tiny-lookup", _tiny, IndexLookupTask(), "test"))
+    r = invoke("verify", "tiny-lookup", "--help")
+    assert r.exit_code == 0 and "int in [2, 4]" in r.stdout and "--wide / --no-wide" in r.stdout
+    r = invoke("verify", "tiny-lookup", "--n", "8", "--wide", "--mode", "sample", "--samples", "5", "--json")
+    assert r.exit_code == 0 and one_json(r)["passed"]
+    r = invoke("verify", "all", "--n", "8", "--json")
+    d = one_json(r)
+    row = next(x for x in d["reports"] if x["name"] == "tiny-lookup")
+    # no certificate: sampled instead, and the row says so
+    assert r.exit_code == 0 and row["mode"] == "sample" and "no certificate" in row["note"]
+    r = invoke("verify", "all", "--n", "8")
+    assert "tiny-lookup: no certificate" in r.stdout and "sample (no certificate)" in r.stdout
+
+
+# ---- progress (issue 8 item 6) --------------------------------------------------------------------------------------------
+
+
+def test_progress_without_a_terminal_is_one_line_per_step():
+    r = invoke("verify", "index-lookup", "--n", "16", "--alphabet", "4", "--mode", "sample", "--samples", "500")
+    lines = r.stderr.strip().splitlines()
+    assert r.exit_code == 0 and "\r" not in r.stderr and len(lines) == 2
+    assert lines[0].startswith("build index-lookup n=16: ") and lines[1].startswith("sample index-lookup n=16: ")
+    r = invoke("verify", "index-lookup", "--n", "16", "--alphabet", "4", "--json")
+    assert r.stderr == ""  # nothing beside the JSON
+    r = invoke("verify", "index-lookup", "--n", "16", "--alphabet", "4")
+    assert any(line.startswith("certify index-lookup n=16: layer 0: ") for line in r.stderr.splitlines())
+
+
+def test_progress_on_a_terminal_shows_total_and_eta():
+    buf = io.StringIO()
+    console = Console(file=buf, force_terminal=True, width=120)
+    with Steps(tty=True, console=console) as steps:
+        steps.step("exhaustive equality n=8")
+        advance = steps.bar(256, "inputs")
+        advance(128)
+        steps._live.refresh()
+        text = buf.getvalue()
+    assert "exhaustive equality n=8 (inputs)" in text and "128/256" in text and "ETA" in text
+
+
+# ---- the API's errors behind the CLI: one ValueError naming the parameter ------------------------------------------------
+
+
+def test_api_errors_are_value_errors_naming_the_parameter():
+    il = xf.build("index-lookup", n=8, alphabet=4)
+    eq = xf.build("equality", n=4)
+    cases = [
+        (lambda: xf.verify("notamodel"), "model must be"),
+        (lambda: il.encode([0] * 64), "(symbols, p)"),
+        (lambda: il.encode((5, 1)), "symbols must be a list"),
+        (lambda: il.encode(([0] * 8, 1.5)), "p must be an integer in [1, 8]"),
+        (lambda: il.encode_batch([([0] * 8, 1), ([0] * 7, 1)]), "symbols must have length N = 8"),
+        (lambda: eq.encode([0.5, 1, 1, 1]), "-1 or 1"),
+        (lambda: eq.encode_batch([[1, 1, 1, 1], [1, 1, 1]]), "N = 4"),
+        (lambda: xf.build("equality", n=4, alphabet=8), "alphabet"),
+        (lambda: xf.build("equality"), "'n'"),
+        (lambda: xf.build("nope", n=4), "construction must be one of"),
+    ]
+    for fn, words in cases:
+        with pytest.raises(ValueError) as e:
+            fn()
+        assert words in str(e.value), (words, str(e.value))
+    assert il.encode(([0] * 7 + [3], np.int64(8))).tolist()[-1] == 4 + 7
+
+
+def test_docs_cli_md_lists_the_builders_options():
+    text = (Path(__file__).resolve().parents[1] / "docs" / "cli.md").read_text()
+    rows = re.findall(r"^\| (`[a-z-]+`(?:, `[a-z-]+`)*) \| (`--[^|]*`) \|$", text, re.M)
+    assert rows
+    for names, opts in rows:
+        for name in re.findall(r"`([a-z-]+)`", names):
+            want = ["--code-seed" if p == "seed" else "--" + p.replace("_", "-")
+                    for p in registry.get(name).parameters if p != "n"]
+            assert opts.strip("`").split() == want, name

@@ -71,3 +71,23 @@ def test_errors(app, args, match):
     assert res.exit_code == 2
     assert match in _json(res)["error"]
     assert match in res.stderr
+
+
+def test_n_as_power_of_two_and_certify_estimate(app):
+    res = CliRunner().invoke(app, ["positions", "--n", "2^12", "--certify", "--json"])
+    out = _json(res)
+    assert res.exit_code == 0 and out["n"] == 4096 and out["passed"] is True
+    assert 0 <= out["certify_estimate_seconds"] < 60
+
+
+def test_certify_beyond_the_limit_needs_force(app, monkeypatch):
+    from exactformer.verify import cli_positions
+
+    res = CliRunner().invoke(app, ["positions", "--n", "2^40", "--certify", "--json"])
+    assert res.exit_code == 2 and "hours" in _json(res)["error"] and "--force" in res.stderr
+    # with --force the estimate is no obstacle (a tiny limit stands in for a long run)
+    monkeypatch.setattr(cli_positions, "CERTIFY_LIMIT_S", 0.0)
+    res = CliRunner().invoke(app, ["positions", "--n", "300", "--family", "random", "--seed", "3", "--certify", "--json"])
+    assert res.exit_code == 2 and "--force" in _json(res)["error"]
+    res = CliRunner().invoke(app, ["positions", "--n", "300", "--family", "random", "--seed", "3", "--certify", "--force", "--json"])
+    assert res.exit_code == 0 and _json(res)["passed"] is True

@@ -8,10 +8,8 @@ Registered by verify/cli.py as ``app.command("attention")(attention)``. A bad op
 
 from __future__ import annotations
 
-import json as _json
 import math
 import resource
-import sys
 import time
 import tracemalloc
 from typing import Any, Optional
@@ -21,6 +19,7 @@ import typer
 
 from exactformer.precision import FixedPoint, PrecisionError, parse_format
 from exactformer.verify.anna import FAMILIES, ANNAError, LSHAttention, check_conditions, family, planted_data, thm34
+from exactformer.verify.cli_output import fail, print_json, print_table
 from exactformer.verify.ema import EMAError, ema_dense_reference, exact_match_attention, lowered_head_vectors
 
 KINDS = ("ema", "anna", "dense")
@@ -252,20 +251,16 @@ def attention(
     check_queries: Optional[str] = typer.Option(None, "--check-queries", help="queries checked when N is large (default 256)"),
     seed: Optional[str] = typer.Option(None, "--seed", help="seed of the generated data and hash functions (default 0)"),
     device: str = typer.Option("cpu", "--device", help="cpu (numpy; dense: torch) | cuda (torch)"),
-    json: bool = typer.Option(False, "--json", help="print one JSON object"),
+    json: bool = typer.Option(False, "--json", help="print one JSON object on stdout (schema: docs/cli.md)"),
 ) -> None:
     """Run EMA, ANNA (Alg. 1) or dense attention on generated data and check it."""
     try:
         out = _attention(kind, n, d, matches, key_words, batch, precision, tables, hashes, lsh_family, near,
                          approx_c, check_queries, seed, device)
     except (_Bad, EMAError, ANNAError, PrecisionError, MemoryError) as e:
-        msg = str(e) if isinstance(e, _Bad) else f"{type(e).__name__}: {e}"
-        if json:
-            print(_json.dumps({"error": msg}))
-        typer.echo(f"error: {msg}", err=True)
-        raise typer.Exit(2)
+        fail(str(e) if isinstance(e, _Bad) else f"{type(e).__name__}: {e}", json)
     if json:
-        print(_json.dumps(out, default=str))
+        print_json(out)
     else:
         _print(out)
     if not out["passed"]:
@@ -325,12 +320,6 @@ def _attention(kind, n, d, matches, key_words, batch, precision, tables, hashes,
 
 
 def _print(out: dict[str, Any]) -> None:
-    from rich.console import Console
-    from rich.table import Table
-
-    table = Table(title=f"attention --kind {out['kind']}, N = {out['n']}", show_header=False)
-    for key, value in out.items():
-        if isinstance(value, dict):
-            value = ", ".join(f"{k}={v}" for k, v in value.items())
-        table.add_row(key, str(value))
-    Console(file=sys.stdout).print(table)
+    rows = [[key, ", ".join(f"{k}={v}" for k, v in value.items()) if isinstance(value, dict) else value]
+            for key, value in out.items()]
+    print_table(f"attention --kind {out['kind']}, N = {out['n']}", ["quantity", "value"], rows, header=False)

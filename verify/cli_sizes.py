@@ -3,12 +3,11 @@
 Registered by verify/cli.py as ``app.command("sizes")(sizes)``. Bad arguments print one line
 ``error: <parameter>: <allowed>`` to stderr and exit with status 2 (with ``--json``, stdout also
 holds ``{"error": ...}``). With ``--json`` stdout holds exactly one JSON object (schema in
-docs/sizes.md); progress goes to stderr.
+docs/sizes.md); progress goes to stderr, on a terminal only.
 """
 
 from __future__ import annotations
 
-import json as _json
 import sys
 from pathlib import Path
 from typing import Callable, Optional
@@ -16,13 +15,7 @@ from typing import Callable, Optional
 import typer
 
 from exactformer.verify import sizes as sz
-
-
-def _fail(msg: str, as_json: bool) -> None:
-    if as_json:
-        print(_json.dumps({"error": msg}))
-    typer.echo(f"error: {msg}", err=True)
-    raise typer.Exit(2)
+from exactformer.verify.cli_output import fail, print_json, print_table
 
 
 def _specs(values: list[str] | None) -> list[sz.SizeSpec]:
@@ -33,7 +26,8 @@ def _specs(values: list[str] | None) -> list[sz.SizeSpec]:
 
 
 def _progress(total: int, quiet: bool) -> Callable[[], None] | None:
-    if quiet:
+    """A bar on stderr, on a terminal only (a log gets no bar updates)."""
+    if quiet or not sys.stderr.isatty():
         return None
     from tqdm import tqdm
 
@@ -46,7 +40,7 @@ def sizes(
     n_min: str = typer.Option("2^4", "--n-min", help="smallest N: an integer or 2^k in [2, 2^30]"),
     n_max: str = typer.Option("2^30", "--n-max", help="largest N: an integer or 2^k in [2, 2^30]"),
     step: int = typer.Option(1, "--step", help="log2 step between rows (N = n-min * 2^(step j))"),
-    json: bool = typer.Option(False, "--json", help="print one JSON object"),
+    json: bool = typer.Option(False, "--json", help="print one JSON object on stdout (schema: docs/cli.md, docs/sizes.md)"),
     csv: bool = typer.Option(False, "--csv", help="print CSV"),
     plot: Optional[Path] = typer.Option(None, "--plot", help="draw the families of the constructions into FILE (.png or .svg)"),
     figures: Optional[Path] = typer.Option(None, "--figures", help="write every figure and its data into DIR"),
@@ -68,7 +62,7 @@ def sizes(
             paths = sz.generate_figures(figures, ns, specs=specs, doc_path=doc,
                                         progress=_progress(len(specs) * len(ns), json))
             if json:
-                print(_json.dumps({"written": [str(p) for p in paths]}))
+                print_json({"written": [str(p) for p in paths]})
             else:
                 typer.echo("\n".join(str(p) for p in paths))
             return
@@ -79,9 +73,9 @@ def sizes(
             return
         doc_ = sz.report(specs, ns, progress=_progress(len(specs) * len(ns), json))
     except sz.SizesError as e:
-        _fail(str(e), json)
+        fail(str(e), json)
     if json:
-        print(_json.dumps(doc_))
+        print_json(doc_)
     elif csv:
         sys.stdout.write(sz.report_csv(doc_))
     else:
@@ -89,15 +83,6 @@ def sizes(
 
 
 def _print_tables(doc: dict) -> None:
-    from rich.console import Console
-    from rich.table import Table
-
-    console = Console(file=sys.stdout, width=max(160, Console().width))
     for name, d in doc["specs"].items():
         head, cells = sz.spec_table(doc, name)
-        t = Table(title=f"{name} ({d['family']}); p* = reference precision (not built)")
-        for h in head:
-            t.add_column(h)
-        for c in cells:
-            t.add_row(*c)
-        console.print(t)
+        print_table(f"{name} ({d['family']}); p* = reference precision (not built)", head, cells)
