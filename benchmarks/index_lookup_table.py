@@ -8,9 +8,10 @@ precision, width, parameters and size in bits, with tracr's one-hot width 3N + 9
 from __future__ import annotations
 
 import argparse
-import re
 import time
 from pathlib import Path
+
+from boolean_tables import write_block  # a sibling script of benchmarks/
 
 from exactformer.constructions.index_lookup import index_lookup
 
@@ -39,13 +40,9 @@ def main() -> None:
     ap.add_argument("--write", action="store_true", help="replace the table in docs/index-lookup.md")
     a = ap.parse_args()
     md = table(a.alphabet, a.min_log_n, a.max_log_n)
-    print(md)
+    print(md, flush=True)
     if a.write:
-        doc = Path(__file__).resolve().parents[1] / "docs" / "index-lookup.md"
-        text = doc.read_text()
-        block = f"<!-- TABLE:index-lookup -->\n{md}\n<!-- /TABLE -->"
-        text = re.sub(r"<!-- TABLE:index-lookup -->(.*?<!-- /TABLE -->)?", block, text, flags=re.S)
-        doc.write_text(text)
+        write_block(Path(__file__).resolve().parents[1] / "docs" / "index-lookup.md", "index-lookup", md)
 
 
 if __name__ == "__main__":

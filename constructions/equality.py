@@ -38,7 +38,7 @@ from exactformer.constructions.ir import CompiledModel, Param
 from exactformer.constructions.position_codes import position_codes
 from exactformer.constructions.registry import construction
 from exactformer.constructions.task import TaskError
-from exactformer.constructions.two_layer import kc_equivalent, paper_eta, readout, resolve, smallest_eta
+from exactformer.constructions.two_layer import MODES, kc_equivalent, paper_eta, readout, resolve, smallest_eta
 from exactformer.precision import Format
 
 THEOREM = "Thm 6 (App. F.2), Bhattamishra et al. 2024"
@@ -61,6 +61,17 @@ def code_for(n_codes: int, positions: Any, max_inner: Fraction, seed: int, err: 
         code = positions
     mu = Fraction(code.bound) if code.bound is not None else Fraction(code.certify().max_inner)
     return code, mu
+
+
+def etas_by_mode(fmt: Format, eta: Fraction, notes: dict, gram: Fraction, mu: Fraction, n_keys: int, tol: Fraction,
+                 offset: Fraction) -> dict[str, Fraction | None]:
+    """The smallest grid eta of each mode (``two_layer.MODES``) in the format alone (None for float
+    formats); the mode :func:`resolve` searched for under the same condition is not searched again."""
+    if not fmt.is_exact:
+        return {mode: None for mode in MODES}
+    searched = {notes["mode"]: eta} if notes["eta"] != "given" and not notes.get("robust") else {}
+    return {mode: searched[mode] if mode in searched else smallest_eta(fmt, gram, mu, n_keys, mode, tol, offset)
+            for mode in MODES}
 
 
 def _build(n: int, positions: Any, eta: Any, precision: Any, max_inner: Fraction, seed: int, ineq: bool) -> CompiledModel:
@@ -86,6 +97,7 @@ def _build(n: int, positions: Any, eta: Any, precision: Any, max_inner: Fraction
     ThresholdReadout("z", Fraction(c), l0, yes=1 if ineq else 0).emit(mb)
     kc = kc_equivalent(fmt, n)
     exact = fmt.is_exact
+    eta_modes = etas_by_mode(fmt, eta, notes, gram, mu, n, XorMLP.TOLERANCE, KEY_OFFSET)
     name = "inequality" if ineq else "equality"
     model = mb.build(answers=[0, 1], vocab=["-1", "+1"], construction=name, theorem=THEOREM, n=n,
                      precision=fmt.name, task_params={"n": n, "answer": "INEQ" if ineq else "EQ",
@@ -95,9 +107,9 @@ def _build(n: int, positions: Any, eta: Any, precision: Any, max_inner: Fraction
         "k": Param(k, f"position code dimension ({getattr(code, 'family', type(code).__name__)})"),
         "mu": Param(mu, "proved (or certified) largest off-diagonal <T(i), T(j)>"),
         "eta": Param(eta, notes["eta"]),
-        "eta_one_hot": Param(smallest_eta(fmt, gram, mu, n, "one-hot", XorMLP.TOLERANCE, KEY_OFFSET) if exact else None,
+        "eta_one_hot": Param(eta_modes["one-hot"],
                              "smallest grid eta with every worst-case row exactly one-hot: e(-eta(1-mu)) = 0"),
-        "eta_threshold": Param(smallest_eta(fmt, gram, mu, n, "threshold", XorMLP.TOLERANCE, KEY_OFFSET) if exact else None,
+        "eta_threshold": Param(eta_modes["threshold"],
                                "smallest grid eta with (1 - target) + rest <= 1/2 in the worst-case row"),
         "Kc": Param(None if kc is None else round(kc, 6), "App. B.2 constant of the format: step = N^-Kc"),
         "eta_paper": Param(None if kc is None else round(paper_eta(n, kc), 6), "ln N + Kc ln(2N) (App. F.2)"),

@@ -39,11 +39,11 @@ from exactformer.constructions.boolean_tasks import (
     normalize_features,
     random_clauses,
 )
-from exactformer.constructions.equality import code_for
+from exactformer.constructions.equality import code_for, etas_by_mode
 from exactformer.constructions.ir import CompiledModel, Param
 from exactformer.constructions.position_codes import CodeView
 from exactformer.constructions.registry import construction
-from exactformer.constructions.two_layer import kc_equivalent, paper_eta, readout, resolve, smallest_eta
+from exactformer.constructions.two_layer import kc_equivalent, paper_eta, readout, resolve
 from exactformer.precision import Format
 
 THEOREM = "Thm 13 (App. F.3), Bhattamishra et al. 2024"
@@ -111,10 +111,14 @@ class TypeSigns:
         return {"family": self.family, "G": self.k, "n": self.n}
 
 
-def _build(n: int, features: Sequence[Any], b: int | None, g: Any, k: int | None, positions: Any, eta: Any,
-           precision: Any, max_inner: Fraction, seed: int, kind: str, extra: dict) -> CompiledModel:
+def _check_n(n: Any) -> None:
     if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or not 2 <= n <= MAX_N:
         raise ThresholdError(f"n must be an integer in [2, 2^22], got {n!r}")
+
+
+def _build(n: int, features: Sequence[Any], b: int | None, g: Any, k: int | None, positions: Any, eta: Any,
+           precision: Any, max_inner: Fraction, seed: int, kind: str, extra: dict) -> CompiledModel:
+    _check_n(n)
     n = int(n)
     index, ftype, types = normalize_features(n, list(features), g, k)
     m, k = index.shape
@@ -160,6 +164,7 @@ def _build(n: int, features: Sequence[Any], b: int | None, g: Any, k: int | None
     bits = int(getattr(fmt, "bits", 64))
     kc = kc_equivalent(fmt, T)
     exact = fmt.is_exact
+    eta_modes = etas_by_mode(fmt, eta, notes, gram, mu, T, tol, Fraction(0))
     model.params = {
         "k": Param(r, f"position code dimension r ({getattr(code, 'family', type(code).__name__)}; the paper's r = O(log N))"),
         "sparsity": Param(k, "k = max |I_j| (heads)"),
@@ -168,9 +173,9 @@ def _build(n: int, features: Sequence[Any], b: int | None, g: Any, k: int | None
         "b": Param(b, "answer = [sum_j g_j > b]"),
         "mu": Param(mu, "proved (or certified) largest off-diagonal <T(i), T(j)>"),
         "eta": Param(eta, notes["eta"]),
-        "eta_one_hot": Param(smallest_eta(fmt, gram, mu, T, "one-hot", tol) if exact else None,
+        "eta_one_hot": Param(eta_modes["one-hot"],
                              "smallest grid eta with every worst-case row exactly one-hot"),
-        "eta_threshold": Param(smallest_eta(fmt, gram, mu, T, "threshold", tol) if exact else None,
+        "eta_threshold": Param(eta_modes["threshold"],
                                f"smallest grid eta with (1 - target) + rest <= 1/(2 max arity) = {tol}"),
         "Kc": Param(None if kc is None else round(kc, 6), "App. B.2 constant of the format: step = (N+1)^-Kc"),
         "eta_paper": Param(None if kc is None else round(paper_eta(T, kc), 6), "ln N + Kc ln(2N) (App. F.2, N -> N+1)"),
@@ -220,6 +225,7 @@ def threshold_features(n: int, features: list | None = None, b: int | None = Non
     seed : seed of a random position code.
     feature_seed : seed of the default random features.
     """
+    _check_n(n)
     if features is None:
         kk = 2 if k is None else k
         if isinstance(kk, bool) or not isinstance(kk, (int, np.integer)) or not 1 <= kk <= min(MAX_K, max(1, n)):
@@ -258,8 +264,7 @@ def disjointness(n: int, positions: str = "auto", eta: Fraction | str | None = N
 
 
 def _literal(n: int, clauses: Any, k: int | None, clause_seed: int, kind: str, rest: tuple) -> CompiledModel:
-    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or not 2 <= n <= MAX_N:
-        raise ThresholdError(f"n must be an integer in [2, 2^22], got {n!r}")
+    _check_n(n)
     if k is not None and (isinstance(k, bool) or not isinstance(k, (int, np.integer)) or not 1 <= k <= MAX_K):
         raise ThresholdError(f"k must be an integer in [1, {MAX_K}], got {k!r}")
     if clauses is None:

@@ -7,8 +7,8 @@ import dataclasses
 
 import numpy as np
 
-from exactformer.constructions.equality import CodeView
 from exactformer.constructions.ir import CodeBlock
+from exactformer.constructions.position_codes import CodeView
 
 
 def shift_keys(model, by: int = 1):

@@ -20,31 +20,34 @@ import numpy as np
 import pytest
 
 import exactformer.verify.executor as executor
-from exactformer.constructions.equality import encode_arrays as eq_encode
 from exactformer.constructions.equality import equality, inequality
-from exactformer.constructions.index_lookup import encode_arrays as il_encode
 from exactformer.constructions.index_lookup import index_lookup
 from exactformer.constructions.ir import ExactTensor
+from exactformer.constructions.registry import task_of
 from exactformer.constructions.thresholds import disjointness, k_cnf
-from exactformer.constructions.thresholds import encode_arrays as th_encode
 from exactformer.precision import FixedPoint, parse_format
 from exactformer.verify.forward import forward_reference
 from random_models import random_model
+
+
+def encode(model, *arrays):
+    """Token ids of natural inputs held as the task's arrays."""
+    return task_of(model).encode_arrays(model, *arrays)
 
 
 def _constructions():
     """(name, model, tokens [12, T]) for every construction at a small n."""
     rng = np.random.default_rng(0)
     m = index_lookup(16, 4, positions="reed-solomon")
-    yield "index-lookup", m, il_encode(m, rng.integers(0, 4, (12, 16)), rng.integers(1, 17, 12))
+    yield "index-lookup", m, encode(m, rng.integers(0, 4, (12, 16)), rng.integers(1, 17, 12))
     for name, build in (("equality", equality), ("inequality", inequality)):
         m = build(16)
         x = np.where(rng.integers(0, 2, (12, 16)) > 0, 1, -1)
         x[:4, 8:] = x[:4, :8]
-        yield name, m, eq_encode(m, x)
+        yield name, m, encode(m, x)
     for name, build in (("disjointness", disjointness), ("cnf", lambda n: k_cnf(n, [[1, -2], [3, 4, -5]]))):
         m = build(8)
-        yield name, m, th_encode(m, rng.integers(0, 2, (12, 8)))
+        yield name, m, encode(m, rng.integers(0, 2, (12, 8)))
 
 
 CONSTRUCTIONS = list(_constructions())
@@ -93,10 +96,10 @@ def test_index_lookup_single_inputs_after_other_queries():
         sy = rng.integers(0, 8, (30, n))
         p = rng.integers(1, n + 1, 30)
         for i in range(30):
-            res = executor.run(model, il_encode(model, sy[i : i + 1], p[i : i + 1]), fmt)
+            res = executor.run(model, encode(model, sy[i : i + 1], p[i : i + 1]), fmt)
             assert res.answers[0][0] == sy[i, p[i] - 1]
         for pp in (3, n):
-            batch = il_encode(model, sy[:4], np.full(4, pp))
+            batch = encode(model, sy[:4], np.full(4, pp))
             assert [a[0] for a in executor.run(model, batch, fmt).answers] == sy[:4, pp - 1].tolist()
 
 
@@ -155,7 +158,7 @@ def test_chunked_and_dense_paths_are_exact(name, model, tokens, monkeypatch):
 def test_counts_are_per_run():
     model = index_lookup(16, 4, positions="reed-solomon")
     fmt = parse_format(model.precision)
-    t = il_encode(model, np.zeros((3, 16), np.int64), np.array([1, 2, 3]))
+    t = encode(model, np.zeros((3, 16), np.int64), np.array([1, 2, 3]))
     a = executor.run(model, t, fmt).counts
     assert executor.run(model, t, fmt).counts == a  # not accumulated across runs
 

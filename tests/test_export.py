@@ -23,7 +23,7 @@ from exactformer.constructions.export import (
     to_torch,
     to_transformer_lens,
 )
-from exactformer.constructions.index_lookup import encode_arrays, index_lookup
+from exactformer.constructions.index_lookup import IndexLookupTask, index_lookup
 from exactformer.constructions.ir import MLP, Attention, Block, ExactTensor, check_shapes
 from exactformer.precision import Float64, parse_format
 from exactformer.verify.executor import run
@@ -40,7 +40,7 @@ def _inputs(model, B=64, seed=0):
     rng = np.random.default_rng(seed)
     syms = rng.integers(0, len(model.answers), (B, model.n))
     p = rng.integers(1, model.n + 1, B)
-    return encode_arrays(model, syms, p), syms[np.arange(B), p - 1]
+    return IndexLookupTask().encode_arrays(model, syms, p), syms[np.arange(B), p - 1]
 
 
 def _same_weights(a, b):

@@ -26,7 +26,7 @@ from exactformer.constructions.export import (
     to_transformer_lens,
 )
 from exactformer.constructions.export_manifest import sha256_file
-from exactformer.constructions.index_lookup import encode_arrays, index_lookup
+from exactformer.constructions.index_lookup import IndexLookupTask, index_lookup
 from exactformer.constructions.thresholds import k_dnf
 from exactformer.precision import parse_format
 from exactformer.verify.cli import app
@@ -40,7 +40,8 @@ def model():
 
 def _tokens(model, B, seed):
     rng = np.random.default_rng(seed)
-    return encode_arrays(model, rng.integers(0, len(model.answers), (B, model.n)), rng.integers(1, model.n + 1, B))
+    S = len(model.answers)
+    return IndexLookupTask().encode_arrays(model, rng.integers(0, S, (B, model.n)), rng.integers(1, model.n + 1, B))
 
 
 def test_compact_files_and_round_trip(model, tmp_path: Path):

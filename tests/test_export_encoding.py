@@ -1,6 +1,6 @@
 """A client that uses the exported files alone: it encodes natural inputs from manifest.json's
 ``encoding`` and ``vocab`` and runs model.safetensors with plain torch (docs/exports.md); its
-token ids must equal ``model.encode`` and its logits the float forward pass of ``to_torch``."""
+token ids must equal the task's ``encode`` and its logits the float forward pass of ``to_torch``."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from safetensors.torch import load_file
 from exactformer.constructions import registry
 from exactformer.constructions.equality import equality, inequality
 from exactformer.constructions.export import MANIFEST_FILE, WEIGHTS_FILE, save, to_torch
-from exactformer.constructions.index_lookup import index_lookup
+from exactformer.constructions.index_lookup import IndexLookupTask, index_lookup
 from exactformer.constructions.thresholds import disjointness, k_cnf, threshold_features
 
 
@@ -98,10 +98,11 @@ def test_client_encodes_and_runs_from_files_alone(name: str, tmp_path: Path):
     rng = np.random.default_rng(0)
     examples = _examples(model, 16, rng)
     ids = [client_encode(man, e) for e in examples]
+    task = registry.task_of(model)
     for e, t in zip(examples, ids):
-        assert t == model.encode(e).tolist()
+        assert t == task.encode(model, e).tolist()
     tokens = torch.tensor(ids)
-    assert np.array_equal(tokens.numpy(), model.encode_batch(examples))
+    assert np.array_equal(tokens.numpy(), task.encode_batch(model, examples))
     for batch in (tokens[:1], tokens[:2], tokens[:7], tokens):  # batch sizes 1, 2, 7, all
         logits = client_forward(sd, man, batch)
         ref = to_torch(model)(batch)
@@ -110,9 +111,9 @@ def test_client_encodes_and_runs_from_files_alone(name: str, tmp_path: Path):
 
 
 def test_every_construction_declares_its_encoding():
-    """Every registered construction module declares ENCODING in the schema of docs/exports.md."""
+    """Every registered construction's task declares ENCODING in the schema of docs/exports.md."""
     for name in registry.names():
-        enc = registry.task(name).ENCODING
+        enc = registry.get(name).task.ENCODING
         assert {"inputs", "tokens"} <= set(enc) and enc["tokens"], name
         known = {i["name"] for i in enc["inputs"]}
         assert all(set(s) <= {"token", "for_each", "of"} and s.get("for_each", s.get("of", next(iter(known)))) in known
@@ -122,14 +123,13 @@ def test_every_construction_declares_its_encoding():
 def test_wrong_encoding_is_caught_by_the_client_check(tmp_path: Path, monkeypatch):
     """The client check can fail: a declaration with the index token first disagrees with
     model.encode although every name it produces is in the vocabulary."""
-    from exactformer.constructions import index_lookup as il
-
-    bad = json.loads(json.dumps(il.ENCODING))
+    bad = json.loads(json.dumps(IndexLookupTask.ENCODING))
     bad["tokens"] = bad["tokens"][::-1]
-    monkeypatch.setattr(il, "ENCODING", bad)
+    monkeypatch.setattr(IndexLookupTask, "ENCODING", bad)
     model = index_lookup(8, 3)
     man = json.loads((save(model, tmp_path / "m") / MANIFEST_FILE).read_text())
     example = ([0, 1, 2, 0, 1, 2, 0, 1], 3)
     assert man["encoding"] == bad
-    assert sorted(client_encode(man, example)) == sorted(model.encode(example).tolist())
-    assert client_encode(man, example) != model.encode(example).tolist()
+    tokens = IndexLookupTask().encode(model, example).tolist()
+    assert sorted(client_encode(man, example)) == sorted(tokens)
+    assert client_encode(man, example) != tokens

@@ -2,31 +2,46 @@
 
 from __future__ import annotations
 
-import itertools
 from fractions import Fraction
 
 import numpy as np
 import pytest
 
+import exactformer as xf
+from exactformer.constructions import registry
+from exactformer.constructions.blocks import BitThreshold, RetrieveByPosition, SymbolReadout
 from exactformer.constructions.index_lookup import (
     IndexLookupError,
+    IndexLookupTask,
     index_lookup,
     paper_eta,
-    smallest_eta,
-    worst_case_attention,
+    retrieval_holds,
 )
-from exactformer.constructions.ir import ExactTensor, IRError
+from exactformer.constructions.ir import ExactTensor
 from exactformer.constructions.position_codes import position_codes
 from exactformer.precision import FixedPoint, Float64, parse_format
-from exactformer.verify.certificates import certify, find_min_precision
+from exactformer.verify.certify import certify
 from exactformer.verify.executor import ExecutorError, run
-from exactformer.verify.verifier import VerifyError, verify
+from exactformer.verify.precision_scan import find_min_precision
+from exactformer.verify.verifier import VerifyError, counterexample_runner, verify
+
+TASK = IndexLookupTask()
 
 
-def brute_force_answers(model, fmt, symbols, p):
-    from exactformer.constructions.index_lookup import encode_arrays
+def answers(model, fmt, symbols, p, device="cpu"):
+    return run(model, TASK.encode_arrays(model, np.asarray(symbols), np.asarray(p)), fmt, device=device)
 
-    return run(model, encode_arrays(model, symbols, p), fmt)
+
+def confirm(model, fmt, cex):
+    """A counterexample must be real: the executor answers it wrongly."""
+    symbols, p = cex["input"]
+    assert cex["expected"] == symbols[p - 1] != cex["got"]
+    assert answers(model, fmt, [symbols], [p]).answers[0][0] != symbols[p - 1]
+
+
+def grid_unit(model, fmt):
+    """The builder's eta grid: W_Q's entry eta * gram must be a grid value."""
+    return fmt.step / Fraction(model.code.gram_scale)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -34,7 +49,7 @@ def brute_force_answers(model, fmt, symbols, p):
 # ------------------------------------------------------------------------------------------------
 
 
-def test_shapes_and_params():
+def test_shapes_params_and_plan():
     model = index_lookup(64, 8)
     k = model.params["k"].value
     assert model.d_model == 2 * 3 + 2 * k
@@ -47,18 +62,20 @@ def test_shapes_and_params():
     # every weight is exactly representable in the precision the model was built for
     for name, t in model.tensors().items():
         t.raw(fmt)
+    assert model.layout == {"rho": [0, 3], "qcode": [3, k], "pcode": [3 + k, k], "bits": [3 + 2 * k, 3]}
+    assert [type(p.block) for p in model.plan] == [RetrieveByPosition, BitThreshold, SymbolReadout]
+    assert registry.task_of(model).count(model) == 8**64 * 64
 
 
 def test_default_eta_is_smallest_on_grid():
     model = index_lookup(256, 4, positions="reed-solomon")
     fmt = parse_format(model.precision)
-    k, mu = model.params["k"].value, model.params["mu"].value
-    eta = model.params["eta"].value
-    assert worst_case_attention(fmt, eta, k, mu, 256).holds()
-    below = eta - k * fmt.step
-    assert below <= 0 or not worst_case_attention(fmt, below, k, mu, 256).holds()
+    mu, eta = model.params["mu"].value, model.params["eta"].value
+    assert retrieval_holds(fmt, eta, mu, 256)
+    below = eta - grid_unit(model, fmt)
+    assert below <= 0 or not retrieval_holds(fmt, below, mu, 256)
     # the paper's sufficient scale is larger than the exact minimum
-    assert float(eta) < paper_eta(256) + float(k * fmt.step)
+    assert float(eta) < paper_eta(256) + float(grid_unit(model, fmt))
 
 
 @pytest.mark.parametrize("bad", [
@@ -77,10 +94,11 @@ def test_too_few_bits_names_the_smallest_precision():
 
 
 def test_encode_errors():
-    model = index_lookup(8, 4)
+    model = xf.index_lookup(8, 4)
+    assert model.encode(([0, 1, 2, 3, 0, 1, 2, 3], 3)).tolist() == [0, 1, 2, 3, 0, 1, 2, 3, 4 + 2]
     with pytest.raises(ValueError, match="p must lie in"):
         model.encode(([0] * 8, 9))
-    with pytest.raises(ValueError, match="length n"):
+    with pytest.raises(ValueError, match="length N = 8"):
         model.encode(([0] * 7, 1))
     with pytest.raises(ValueError, match="symbols must lie"):
         model.encode(([5] * 8, 1))
@@ -94,7 +112,7 @@ def test_executor_rejects_bad_tokens():
     with pytest.raises(ExecutorError, match="sequence length"):
         run(model, np.zeros((1, 10), np.int64), fmt)
     with pytest.raises(ExecutorError, match="device"):
-        run(model, model.encode(([0] * 8, 1)), fmt, device="tpu")
+        run(model, TASK.encode(model, ([0] * 8, 1)), fmt, device="tpu")
 
 
 # ------------------------------------------------------------------------------------------------
@@ -116,50 +134,46 @@ def test_certificate_agrees_with_exhaustive(n, S, prec, eta_scale):
     fmt = parse_format(prec)
     model = index_lookup(n, S, precision=fmt)
     if eta_scale is not None:  # a weakened model: eta far too small (still on the grid)
-        k = model.params["k"].value
-        eta = max(k * fmt.step, (model.params["eta"].value * eta_scale) // (k * fmt.step) * (k * fmt.step))
-        model = index_lookup(n, S, precision=fmt, eta=eta)
+        unit = grid_unit(model, fmt)
+        model = index_lookup(n, S, precision=fmt, eta=max(unit, model.params["eta"].value * eta_scale // unit * unit))
     if S**n * n > 300_000:
         pytest.skip("too many inputs for the exhaustive check")
     ex = verify(model, mode="exhaustive", fmt=fmt)
     ce = verify(model, mode="certify", fmt=fmt)
     assert ex.inputs_covered == S**n * n or not ex.passed
     assert ce.passed == ex.passed, (ce.reason, ex.reason)
-    if not ce.passed:
-        assert ce.counterexample is not None
-        symbols, p = ce.counterexample["input"]
-        res = brute_force_answers(model, fmt, np.array([symbols]), np.array([p]))
-        assert res.answers[0][0] != symbols[p - 1]
+    if ce.passed:
+        assert ce.inputs_covered == "all" and ce.reason == "proved for all inputs"
+    else:
+        assert ce.counterexample is not None, ce.reason
+        confirm(model, fmt, ce.counterexample)
 
 
 def test_eta_too_small_is_rejected_with_counterexample():
     fmt = parse_format("binary:int=6,frac=8")
     model = index_lookup(64, 4, positions="reed-solomon", precision=fmt)
-    k = model.params["k"].value
-    weak = index_lookup(64, 4, positions="reed-solomon", precision=fmt, eta=k * fmt.step)
+    weak = index_lookup(64, 4, positions="reed-solomon", precision=fmt, eta=grid_unit(model, fmt))
     rep = verify(weak, mode="certify", fmt=fmt)
     assert not rep.passed and rep.counterexample is not None
-    symbols, p = rep.counterexample["input"]
-    assert rep.counterexample["expected"] == symbols[p - 1] != rep.counterexample["got"]
+    confirm(weak, fmt, rep.counterexample)
     assert verify(model, mode="certify", fmt=fmt).passed
 
 
 def test_precision_too_low_is_rejected():
-    model = index_lookup(64, 4, precision="binary:int=6,frac=6")
+    model = index_lookup(64, 4, positions="reed-solomon", precision="binary:int=6,frac=6")
     assert verify(model, mode="certify").passed
-    # same weights, coarser arithmetic: the rounded softmax loses the target
-    low = parse_format("binary:int=6,frac=6")
-    eta = model.params["eta"].value
-    coarse = FixedPoint.binary(int_bits=6, frac_bits=2)
-    k = model.params["k"].value
-    if not coarse.represents(eta / k):
-        rep = verify(model, mode="certify", fmt=coarse)
-        assert not rep.passed and "not representable" in rep.reason
-    weak = index_lookup(64, 4, precision=coarse, eta=Fraction(16)) if coarse.represents(Fraction(16, k)) else None
-    if weak is not None:
-        rep = verify(weak, mode="certify")
-        ex = verify(weak, mode="sample", samples=200, seed=1)
-        assert rep.passed == ex.passed or (not rep.passed)
+    # same weights, a coarser grid: eta * gram is not representable there (refused, not run)
+    rep = verify(model, mode="certify", fmt=FixedPoint.binary(int_bits=6, frac_bits=2))
+    assert not rep.passed and "not representable" in rep.reason and rep.counterexample is None
+    # weights representable in both, but with 3 integer bits the logits saturate: the target's and
+    # the other keys' logits tie at the maximum and the softmax loses the target
+    big = index_lookup(64, 4, positions="reed-solomon", precision="binary:int=8,frac=6", eta=64)
+    assert verify(big, mode="certify").passed
+    low = FixedPoint.binary(int_bits=3, frac_bits=2)
+    rep = verify(big, mode="certify", fmt=low)
+    assert not rep.passed and rep.counterexample is not None and "strict maximum" in rep.reason
+    confirm(big, low, rep.counterexample)
+    assert not verify(big, mode="sample", fmt=low, samples=100, seed=0).passed
 
 
 def test_perturbed_value_weight_is_rejected():
@@ -171,6 +185,7 @@ def test_perturbed_value_weight_is_rejected():
     bad = model.replace_weight("blocks.0.attn.W_V", ExactTensor(num, 2 * W_V.den))
     rep = verify(bad, mode="certify", fmt=fmt)
     assert not rep.passed and rep.counterexample is not None
+    confirm(bad, fmt, rep.counterexample)
     assert verify(bad, mode="sample", samples=100, seed=0).passed is False
 
 
@@ -191,11 +206,6 @@ class _DuplicatedCode:
     def describe(self):
         return {"family": "broken"}
 
-    def signs_torch(self, idx, device):
-        import torch
-
-        return torch.as_tensor(self.signs(np.asarray(idx)), device=device)
-
 
 def test_code_with_two_equal_vectors_is_rejected():
     code = position_codes(16, family="reed-solomon")
@@ -204,6 +214,19 @@ def test_code_with_two_equal_vectors_is_rejected():
     rep = verify(model, mode="certify", fmt=fmt)
     assert not rep.passed and rep.counterexample is not None
     assert rep.counterexample["input"][1] in (1, 2)
+    confirm(model, fmt, rep.counterexample)
+
+
+def test_unproven_without_a_runner_is_a_failure():
+    """A failed proof step without a counterexample search is "unproven": a failure, never a pass."""
+    code = position_codes(16, family="reed-solomon")
+    fmt = FixedPoint.binary(int_bits=6, frac_bits=6)
+    model = index_lookup(16, 4, positions=_DuplicatedCode(code), precision=fmt)
+    res = certify(model, fmt, TASK)
+    assert not res.passed and not res.proved and res.reason.startswith("unproven: ") and res.counterexample is None
+    res = certify(model, fmt, TASK, run_candidates=counterexample_runner(fmt))
+    assert not res.passed and res.counterexample is not None
+    confirm(model, fmt, res.counterexample)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -221,6 +244,40 @@ def test_every_family_certifies(family):
     assert samp.passed and samp.inputs_covered == 128 and samp.seed == 3
 
 
+class _PlainCode:
+    """The same vectors as a Reed-Solomon code, without its type: the certificate's exact Gram rows
+    instead of the Reed-Solomon prefix sums."""
+
+    def __init__(self, code):
+        self._c = code
+        self.k, self.n, self.bound, self.family = code.k, code.n, code.bound, "plain"
+        self.gram_scale, self.is_sign_code = code.gram_scale, True
+
+    def numerators(self, idx):
+        return self._c.numerators(idx)
+
+    signs = numerators
+
+    def describe(self):
+        return {"family": "plain"}
+
+
+@pytest.mark.parametrize("weak", [False, True])
+def test_reed_solomon_and_gram_rows_agree(weak):
+    """The two ways of computing a query's inner products give the same certificate."""
+    code = position_codes(256, family="reed-solomon")
+    fmt = parse_format("binary:int=6,frac=12")
+    model = index_lookup(256, 8, positions=code, precision=fmt)
+    eta = grid_unit(model, fmt) * 4 if weak else None
+    a = certify(index_lookup(256, 8, positions=code, precision=fmt, eta=eta), fmt, TASK)
+    b = certify(index_lookup(256, 8, positions=_PlainCode(code), precision=fmt, eta=eta), fmt, TASK)
+    assert a.passed == b.passed == (not weak) and a.min_margin == b.min_margin
+    if not weak:
+        (ha,), (hb,) = a.details["heads"], b.details["heads"]
+        assert ha["method"] == "Reed-Solomon prefix sums" and hb["method"] == "exact Gram rows"
+        assert {k: v for k, v in ha.items() if k != "method"} == {k: v for k, v in hb.items() if k != "method"}
+
+
 def test_non_power_of_two_n():
     model = index_lookup(100, 5, positions="reed-solomon")
     assert verify(model, mode="certify").passed
@@ -231,8 +288,8 @@ def test_float64_run_agrees():
     model = index_lookup(32, 4, precision="float64", positions="reed-solomon")  # eta = paper's 2 ln(3N)
     rng = np.random.default_rng(0)
     sy, p = rng.integers(0, 4, (50, 32)), rng.integers(1, 33, 50)
-    exact = brute_force_answers(model, parse_format("binary:int=6,frac=12"), sy, p)
-    flt = brute_force_answers(model, Float64(), sy, p)
+    exact = answers(model, parse_format("binary:int=6,frac=12"), sy, p)
+    flt = answers(model, Float64(), sy, p)
     assert exact.answers == flt.answers == [[s] for s in sy[np.arange(50), p - 1].tolist()]
 
 
@@ -240,7 +297,11 @@ def test_sample_mode_is_reproducible_and_counts():
     model = index_lookup(64, 4)
     a = verify(model, mode="sample", samples=50, seed=7)
     b = verify(model, mode="sample", samples=50, seed=7)
-    assert a.passed and a.inputs_covered == 100 and a.min_margin == b.min_margin
+    assert a.passed and a.inputs_covered == 100 and a.min_margin == b.min_margin and a.seed == 7
+    assert "50 sampled with seed 7" in a.reason
+    sa = np.concatenate([bt.tokens for bt in TASK.sample(model, 50, seed=7)])
+    assert np.array_equal(sa, np.concatenate([bt.tokens for bt in TASK.sample(model, 50, seed=7)]))
+    assert not np.array_equal(sa, np.concatenate([bt.tokens for bt in TASK.sample(model, 50, seed=8)]))
     with pytest.raises(VerifyError, match="samples"):
         verify(model, mode="sample", samples=0)
     with pytest.raises(VerifyError, match="mode"):
@@ -254,70 +315,50 @@ def test_find_min_precision():
     res = find_min_precision(lambda fmt: index_lookup(64, 4, positions=code, precision=fmt), kind="binary",
                              int_bits=6, max_value=10)
     assert res.value is not None and res.value in res.passing
+    assert res.format == FixedPoint.binary(int_bits=6, frac_bits=res.value).name
     assert all(v in res.passing for v in range(res.value, res.checked_up_to + 1))
     assert res.checked_up_to >= res.value + 4
     # one bit fewer does not certify (or cannot be built)
     if res.value > 1:
         fmt = FixedPoint.binary(int_bits=6, frac_bits=res.value - 1)
+        assert not res.results[res.value - 1]["passed"]
         try:
             m = index_lookup(64, 4, positions=code, precision=fmt)
         except ValueError:
             return
-        assert not certify(m, fmt).passed
+        assert not certify(m, fmt, TASK).passed
 
 
 # ------------------------------------------------------------------------------------------------
-# the streamed-rows method (the CUDA path for codes without algebraic structure) == histograms
+# CUDA
 # ------------------------------------------------------------------------------------------------
 
-from exactformer.verify.certify_index_lookup import certify_index_lookup  # noqa: E402
 
-
-@pytest.mark.parametrize("family,prec,eta", [
-    ("random", "binary:int=6,frac=10", None),
-    ("reed-solomon", "binary:int=6,frac=12", None),
-    ("random", "binary:int=6,frac=10", "weak"),
-])
-def test_rows_method_agrees_with_histograms(family, prec, eta):
-    fmt = parse_format(prec)
-    n = 64 if eta == "weak" else 256
-    model = index_lookup(n, 8, positions=family, precision=fmt)
-    if eta == "weak":
-        model = index_lookup(n, 8, positions=model.code, precision=fmt, eta=model.params["k"].value * fmt.step * 4)
-    a = certify_index_lookup(model, fmt, method="histogram")
-    b = certify_index_lookup(model, fmt, method="rows")
-    assert a.passed == b.passed and a.min_margin == b.min_margin
-    assert a.details["min_target_weight"] == b.details["min_target_weight"]
-    assert a.details["max_rest_weight"] == b.details["max_rest_weight"]
-    if eta == "weak":
-        assert not a.passed
-
-
-@pytest.mark.cuda
-def test_rows_method_on_cuda():
+def _need_cuda():
     torch = pytest.importorskip("torch")
     if not torch.cuda.is_available():
         pytest.skip("no CUDA device")
+
+
+@pytest.mark.cuda
+def test_certificate_on_cuda():
+    _need_cuda()
     fmt = parse_format("binary:int=6,frac=10")
     model = index_lookup(1024, 8, positions="random", precision=fmt)
-    a = certify_index_lookup(model, fmt, method="histogram")
-    b = certify_index_lookup(model, fmt, method="rows", device="cuda")
-    assert a.passed and b.passed and a.min_margin == b.min_margin
-    weak = index_lookup(1024, 8, positions=model.code, precision=fmt, eta=model.params["k"].value * fmt.step * 4)
-    assert certify_index_lookup(weak, fmt, method="rows", device="cuda").passed is False
+    a, b = certify(model, fmt, TASK), certify(model, fmt, TASK, device="cuda")
+    assert a.passed and b.passed and a.min_margin == b.min_margin and a.details == b.details
+    weak = index_lookup(1024, 8, positions=model.code, precision=fmt, eta=grid_unit(model, fmt) * 4)
+    rep = verify(weak, mode="certify", fmt=fmt, device="cuda")
+    assert rep.passed is False and rep.counterexample is not None
+    confirm(weak, fmt, rep.counterexample)
 
 
 @pytest.mark.cuda
 def test_executor_cuda_matches_cpu():
-    torch = pytest.importorskip("torch")
-    if not torch.cuda.is_available():
-        pytest.skip("no CUDA device")
+    _need_cuda()
     model = index_lookup(512, 16, positions="reed-solomon")
     fmt = parse_format(model.precision)
     rng = np.random.default_rng(0)
     sy, p = rng.integers(0, 16, (64, 512)), rng.integers(1, 513, 64)
-    from exactformer.constructions.index_lookup import encode_arrays
-
-    tok = encode_arrays(model, sy, p)
-    a, b = run(model, tok, fmt), run(model, tok, fmt, device="cuda")
+    a, b = answers(model, fmt, sy, p), answers(model, fmt, sy, p, device="cuda")
     assert np.array_equal(a.logits, b.logits) and a.counts == b.counts

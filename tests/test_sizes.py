@@ -64,7 +64,7 @@ def test_n_values():
 
 def test_built_row_is_the_models_size():
     spec = sz.SIZE_SPECS["index-lookup"]
-    model = registry.builder("index-lookup")(1 << 8, alphabet=64)
+    model = registry.get("index-lookup").builder(1 << 8, alphabet=64)
     row = sz.built_size_row(spec, 1 << 8)
     bits = model.params["precision_bits"].value
     assert (row.layers, row.heads, row.d_model, row.d_head, row.width) == (
@@ -146,14 +146,14 @@ def test_report_csv_matches_report():
 @pytest.mark.parametrize("name,n,kw", [("index-lookup", 16, {"alphabet": 8}), ("equality", 8, {}),
                                        ("disjointness", 8, {})])
 def test_exact_attention_reproduces_the_executor(name, n, kw):
-    model = registry.builder(name)(n, **kw)
+    model = registry.get(name).builder(n, **kw)
     fmt = parse_format(model.precision)
     rng = np.random.default_rng(3)
     if name == "index-lookup":
         examples = [(rng.integers(0, 8, n).tolist(), int(rng.integers(1, n + 1))) for _ in range(7)]
     else:
         examples = (rng.integers(0, 2, (7, n)) * (2 if name == "equality" else 1) - (name == "equality")).tolist()
-    tokens = model.encode_batch(examples)
+    tokens = registry.task_of(model).encode_batch(model, examples)
     weights, logits = sz.exact_attention(model, tokens, fmt)
     assert np.array_equal(logits, run(model, tokens, fmt).logits[:, -1])
     for b in (1, 2):  # the same rows with fewer inputs

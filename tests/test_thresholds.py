@@ -9,36 +9,24 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
+import exactformer as xf
 from exactformer.constructions import registry
 from exactformer.constructions import thresholds as th
-from exactformer.constructions.equality import gram_scale
-from exactformer.constructions.ir import CodeBlock, ExactTensor
-from exactformer.constructions.position_codes import position_codes
+from exactformer.constructions.blocks import PatternMLP, RetrieveByPosition, ThresholdReadout, UniformAverage
+from exactformer.constructions.ir import ExactTensor
+from exactformer.constructions.position_codes import CodeView, position_codes
 from exactformer.precision import FixedPoint, parse_format
-from exactformer.verify import certificates as vcert
-from exactformer.verify import tasks as vtasks
-from exactformer.verify.certify_two_layer import certify_two_layer
 from exactformer.verify.executor import run
-from exactformer.verify.tasks_boolean import TASKS_BOOLEAN
 from exactformer.verify.verifier import verify
 from mutants import shift_keys
 
 
-
-def wire() -> None:
-    """Register the Boolean constructions (until the lead wires them in registry/tasks/certificates)."""
-    for name, module, builder in (("equality", "equality", "equality"), ("inequality", "equality", "inequality"),
-                                  ("threshold", "thresholds", "threshold_features"),
-                                  ("disjointness", "thresholds", "disjointness"), ("dnf", "thresholds", "k_dnf"),
-                                  ("cnf", "thresholds", "k_cnf")):
-        if name not in registry.names():
-            registry.register(name, f"exactformer.constructions.{module}", builder)
-    for name, task in TASKS_BOOLEAN.items():
-        vtasks.TASKS.setdefault(name, task)
-        vcert.CERTIFIERS.setdefault(name, certify_two_layer)
+def task(model):
+    return registry.task_of(model)
 
 
-wire()
+def encode(model, x):
+    return task(model).encode_arrays(model, np.asarray(x))
 
 
 def all_bits(n):
@@ -46,7 +34,7 @@ def all_bits(n):
 
 
 def py_truth(model, x):
-    """Ground truth computed the slow, obvious way (independent of tasks_boolean)."""
+    """Ground truth computed the slow, obvious way (independent of constructions/boolean_tasks.py)."""
     kind, n = model.construction, model.n
     out = []
     for r in x.tolist():
@@ -73,11 +61,16 @@ def py_truth(model, x):
 def confirm(model, fmt, cex):
     x = np.asarray([cex["input"]])
     assert cex["expected"] == int(py_truth(model, x)[0])
-    assert run(model, th.encode_arrays(model, x), fmt).answers[0][0] != cex["expected"]
+    assert run(model, encode(model, x), fmt).answers[0][0] != cex["expected"]
 
 
 def rs(n):
     return position_codes(n, family="reed-solomon")
+
+
+def table_entries(model) -> int:
+    """Query-code indices stored in table views (0 when every query block is an affine or constant run)."""
+    return sum(len(b.code.data) for b in model.pos_embed.blocks if isinstance(b.code, CodeView) and b.code.kind == "table")
 
 
 MIXED = [([1, 2], [0, 1, 1, 0]), ([3], [1, 0]), ([], None), ([2, 4, 1], lambda a, b, c: int(a + b + c >= 2)),
@@ -106,7 +99,9 @@ def test_shapes_and_params():
     fmt = parse_format(m.precision)
     for t in m.tensors().values():
         t.raw(fmt)
-    assert m.params["index_table_entries"].value == 0  # affine and constant runs only
+    assert table_entries(m) == 0  # affine and constant runs only
+    assert [type(p.block) for p in m.plan] == [RetrieveByPosition, RetrieveByPosition, PatternMLP, UniformAverage,
+                                               ThresholdReadout]
     mm = mixed()
     assert mm.params["function_types"].value == 4 and mm.params["sparsity"].value == 3
     assert mm.d_model == 3 + 3 + mm.params["k"].value * 4 + 4  # type columns for G >= 2
@@ -118,7 +113,7 @@ def test_callable_and_table_g_agree():
     assert a.task_params["types"] == b.task_params["types"]
     x = all_bits(6)
     fmt = parse_format(a.precision)
-    assert run(a, th.encode_arrays(a, x), fmt).answers == run(b, th.encode_arrays(b, x), fmt).answers
+    assert run(a, encode(a, x), fmt).answers == run(b, encode(b, x), fmt).answers
 
 
 @pytest.mark.parametrize("call,word", [
@@ -139,27 +134,36 @@ def test_callable_and_table_g_agree():
     (lambda: th.k_cnf(6, [[1, 2, 3]], k=2), "exceed k = 2"),
     (lambda: th.k_dnf(6, [[1, -1]]), "repeats a variable"),
     (lambda: th.k_dnf(2, [[1], [2], [-1]]), "at most n = 2 terms"),
-    (lambda: th.disjointness(8, b=1), "takes no 'b'"),
 ])
 def test_bad_parameters(call, word):
     with pytest.raises(ValueError, match=word):
         call()
 
 
+def test_unknown_parameter_is_refused():
+    """Disjointness fixes b = N/2 - 1: passing b is refused with one line naming it (the old
+    builder said "takes no 'b'")."""
+    with pytest.raises(TypeError, match="unexpected keyword argument 'b'"):
+        th.disjointness(8, b=1)
+    with pytest.raises(ValueError, match="'b'"):
+        xf.build("disjointness", n=8, b=1)
+
+
 def test_encode_errors():
-    m = th.disjointness(4, positions="reed-solomon")
+    m = xf.disjointness(4, positions="reed-solomon")
     assert m.encode([1, 0, 0, 1]).tolist() == [th.BOS, 1, 0, 0, 1]
-    with pytest.raises(ValueError, match="length n = 4"):
+    with pytest.raises(ValueError, match="list of N = 4 values"):
         m.encode([1, 0, 0])
-    with pytest.raises(ValueError, match=r"entries in \{0, 1\}"):
+    with pytest.raises(ValueError, match="integers 0 or 1"):
         m.encode([1, 0, 0, -1])
+    assert m([[1, 0, 0, 1], [1, 0, 1, 0]]) == [1, 0]
 
 
 def test_query_blocks_compress_and_table_view():
     dis = th.disjointness(64, positions="reed-solomon")
     assert len(dis.pos_embed.blocks) <= 1 + 2 * 3  # key block + (BOS, affine run, constant run) per head
     dnf = th.k_dnf(64, k=3, positions="reed-solomon")  # random terms: one table view per head
-    assert dnf.params["index_table_entries"].value == 3 * 65
+    assert table_entries(dnf) == 3 * 65
     assert verify(dnf, mode="certify").passed
 
 
@@ -174,27 +178,30 @@ def test_query_blocks_compress_and_table_view():
                                   lambda: mixed(8, positions="reed-solomon")])
 def test_ground_truths(make):
     m = make()
-    task = TASKS_BOOLEAN[m.construction]
+    t = task(m)
     x = all_bits(m.n)
-    assert np.array_equal(task.truth(m, x), py_truth(m, x))
-    assert task.count(m) == 2**m.n
-    xs = np.concatenate([b.arrays[0] for b in task.exhaustive(m, batch=100)])
+    assert np.array_equal(t.truth(m, x), py_truth(m, x))
+    assert t.count(m) == 2**m.n
+    xs = np.concatenate([b.arrays[0] for b in t.exhaustive(m, batch=100)])
     assert np.array_equal(xs, x)
+    # the specification the certificate compares with says the same on every input
+    domains = t.domains(m)
+    assert np.array_equal(t.spec(m).evaluate(encode(m, x), [domains[i] for i in range(len(domains))]), py_truth(m, x))
 
 
 def test_adversarial_inputs_sit_on_the_threshold():
     m = th.k_cnf(24, positions="reed-solomon")  # b = m - 1: exactly one clause false, or none
-    task = TASKS_BOOLEAN["cnf"]
+    t = task(m)
     b = m.task_params["b"]
-    adv = np.concatenate([bt.arrays[0] for bt in task.adversarial(m, 200, seed=4)])
-    S = task.feature_counts(m, adv)
+    adv = np.concatenate([bt.arrays[0] for bt in t.adversarial(m, 200, seed=4)])
+    S = t.feature_counts(m, adv)
     assert S[:4].tolist() == [b, b + 1, b, b + 1]  # two inputs on each side of the threshold ...
     flips = adv[4 : 4 + 24]
     assert np.all(np.sum(flips != adv[0], axis=1) == 1)  # ... then every single-bit flip of each
     assert [int(np.flatnonzero(f != adv[0])[0]) for f in flips] == list(range(24))
     dis = th.disjointness(16, positions="reed-solomon")
-    adv = np.concatenate([bt.arrays[0] for bt in TASKS_BOOLEAN["disjointness"].adversarial(dis, 64, seed=0)])
-    assert set(TASKS_BOOLEAN["disjointness"].feature_counts(dis, adv[:4]).tolist()) <= {7, 8}
+    adv = np.concatenate([bt.arrays[0] for bt in task(dis).adversarial(dis, 64, seed=0)])
+    assert set(task(dis).feature_counts(dis, adv[:4]).tolist()) <= {7, 8}
 
 
 # ------------------------------------------------------------------------------------------------
@@ -219,7 +226,7 @@ def test_certificate_agrees_with_exhaustive(name, make, variant):
     m = make()
     if variant == "eta-unit":
         fmt = parse_format(m.precision)
-        m = make(precision=fmt, eta=fmt.step / gram_scale(m.code))
+        m = make(precision=fmt, eta=fmt.step / Fraction(m.code.gram_scale))
     elif variant == "threshold-eta":
         m = make(eta="threshold")
     fmt = parse_format(m.precision)
@@ -252,17 +259,15 @@ def test_mutant_eta_too_small():
     m = th.disjointness(10, positions=rs(11))
     fmt = parse_format(m.precision)
     assert verify(m, mode="certify").passed
-    _reject(th.disjointness(10, positions=rs(11), precision=fmt, eta=fmt.step / gram_scale(m.code)), fmt)
+    _reject(th.disjointness(10, positions=rs(11), precision=fmt, eta=fmt.step / Fraction(m.code.gram_scale)), fmt)
 
 
 def test_mutant_precision_too_low():
-    fmt = FixedPoint.binary(int_bits=5, frac_bits=4)
-    m = th.disjointness(14, positions=rs(15), precision=fmt, eta=4)
+    fmt = FixedPoint.binary(int_bits=5, frac_bits=3)  # step 1/8 <= 1/5: the uniform weight is 1/8
+    m = th.disjointness(4, positions=rs(5), precision=fmt, eta=4)  # eta/k on the coarser grid too
     assert verify(m, mode="certify", fmt=fmt).passed
-    rep = _reject(m, FixedPoint.binary(int_bits=5, frac_bits=3))  # the uniform weight 1/15 rounds to 0
-    assert "readout fails" in rep.reason
-
-
+    rep = _reject(m, FixedPoint.binary(int_bits=5, frac_bits=2))  # step 1/4 > 1/5: the uniform weight rounds to 0
+    assert [h["uniform_weight"] for h in rep.details["heads"] if h["block"] == "UniformAverage"] == ["0"]
 
 
 @pytest.mark.parametrize("make", [lambda: th.disjointness(10, positions="reed-solomon"),
@@ -299,7 +304,9 @@ def test_mutant_readout_threshold():
 def test_larger_models_certify_and_sample():
     for m in (th.disjointness(2048, positions="reed-solomon"), th.k_cnf(512, positions="reed-solomon")):
         rep = verify(m, mode="certify")
-        assert rep.passed and rep.details["one_hot"], rep.reason
+        assert rep.passed, rep.reason
+        assert all((h["min_target_weight"], h["max_stray_weight"]) == ("1", "0")  # one-hot rows
+                   for h in rep.details["heads"] if h["block"] == "RetrieveByPosition")
     for m in (th.disjointness(128, positions="reed-solomon"), th.k_dnf(96, positions="reed-solomon")):
         rep = verify(m, mode="sample", samples=32, seed=1)
         assert rep.passed and rep.inputs_covered == 64
