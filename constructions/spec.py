@@ -8,7 +8,9 @@ the specification evaluates to the ground truth on all inputs at small N.
 * :class:`Select`: the answer is (the answer named by) the token at the position chosen by the
   token at the query position (Index Lookup: the p-th symbol);
 * :class:`CountThreshold`: the answer is ``[sum_i f_i > b]`` (negated if ``negate``), each feature
-  f_i a 0/1 function of the tokens at a few positions (Equality, thresholds of k-sparse features).
+  f_i a 0/1 function of the tokens at a few positions (Equality, thresholds of k-sparse features);
+* :class:`ExistsMatch`: the answer at position i is ``[#{j : key(tok_j) = query(tok_i)} >= 1]``
+  (Match2, P2 Def. 5.1: does some token pair with this one).
 """
 
 from __future__ import annotations
@@ -180,3 +182,90 @@ def _first_difference(a: np.ndarray, b: np.ndarray) -> list[int]:
     sb = {tuple(r) for r in b.tolist()}
     diff = sorted(sa ^ sb)
     return [int(p) for p in diff[0][1:] if p >= 0] if diff else []
+
+
+@dataclass
+class ExistsMatch:
+    """``answer_i = [#{j : key(tok_j) = query(tok_i)} >= 1]`` at every answer position i (j ranges
+    over all positions, i included). ``query_of_token`` / ``key_of_token`` [d_vocab]: the task's
+    query and key of each token id (-1: none -- a token without a key is never counted, one
+    without a query never matches).
+
+    ``check`` compares the view's match variable (:class:`~exactformer.constructions.views.MatchCount`)
+    with the task: the model must count the same relation -- for every query token and every key
+    token its domains allow, the model's ids are equal iff the task's are -- and the proved answer
+    must be ``[c >= 1]`` for every count c of the variable (only c = 0 for tokens that can match
+    no key)."""
+
+    query_of_token: np.ndarray
+    key_of_token: np.ndarray
+    answer_index: tuple[int, int]  # answer index of "false", "true"
+
+    def evaluate(self, tokens: np.ndarray) -> np.ndarray:
+        """Answer indices [B, T] at every position of token ids [B, T]."""
+        t = np.asarray(tokens, dtype=np.int64)
+        q, k = self.query_of_token[t], self.key_of_token[t]
+        top = int(max(q.max(initial=0), k.max(initial=0))) + 2
+        rows = np.arange(len(t), dtype=np.int64)[:, None] * top
+        keys = np.sort(np.where(k >= 0, k + rows, -1).ravel())
+        want = (q + rows).ravel()
+        count = np.searchsorted(keys, want, side="right") - np.searchsorted(keys, want, side="left")
+        hit = (count.reshape(q.shape) >= 1) & (q >= 0)
+        return np.where(hit, self.answer_index[1], self.answer_index[0])
+
+    def check(self, group: Group, answer: np.ndarray, domains: Any) -> None:
+        vars_ = group.vars
+        ms = [i for i, v in enumerate(vars_) if v.kind == "match"]
+        if len(ms) != 1:
+            raise Unproven("the answer is not a function of a match count (no match variable in its view)")
+        mi = ms[0]
+        mv = vars_[mi]
+        own = [i for i, v in enumerate(vars_) if v.kind == "tok" and np.array_equal(v.at, mv.at)]
+        if len(own) != 1 or not np.array_equal(vars_[own[0]].domain, mv.match.query_tokens):
+            raise Unproven("the match count's query token is not a variable of the view")
+        bi = own[0]
+        bv = vars_[bi]
+        can = self._same_relation(mv.match)  # per token of the base domain: some key can match it
+        can_cls = np.zeros(bv.ncls, dtype=bool)
+        np.logical_or.at(can_cls, bv.cls, can)
+        got = np.take(np.moveaxis(answer, [bi, mi], [0, -1]), mv.cls, axis=-1)  # [base classes, ..., counts]
+        c = mv.domain
+        want = np.where(c >= 1, self.answer_index[1], self.answer_index[0])
+        shape = (-1,) + (1,) * (got.ndim - 1)
+        checked = can_cls.reshape(shape) | (c == 0)
+        bad = np.argwhere((got != want) & checked)
+        if bad.size:
+            s = int(c[bad[0][-1]])
+            raise Unproven(f"with {s} matching keys the proved answer is {int(got[tuple(bad[0])])}, the task's is "
+                           f"{int(want[bad[0][-1]])}", {"counts": [s]})
+
+    def _same_relation(self, meaning: Any) -> np.ndarray:
+        """Whether the model's ids and the task's maps define the same match relation on every
+        (query token, key token) pair the domains allow; returns, per query token, whether some
+        key token matches it."""
+        qt = np.asarray(meaning.query_tokens, dtype=np.int64)
+        mq, tq = np.asarray(meaning.query_id, dtype=np.int64), self.query_of_token[qt]
+        by_model: dict[int, set] = {}  # key id -> the (key group, token) pairs holding it
+        by_task: dict[int, set] = {}
+        for g, (toks, ids) in enumerate(zip(meaning.key_tokens, meaning.key_id)):
+            toks = np.asarray(toks, dtype=np.int64)
+            for v, a, x in zip(toks.tolist(), np.asarray(ids).tolist(), self.key_of_token[toks].tolist()):
+                if a >= 0:
+                    by_model.setdefault(a, set()).add((g, v))
+                if x >= 0:
+                    by_task.setdefault(x, set()).add((g, v))
+        can = np.zeros(qt.size, dtype=bool)
+        seen: dict[tuple[int, int], bool] = {}
+        for r, (u, a, x) in enumerate(zip(qt.tolist(), mq.tolist(), tq.tolist())):
+            if (a, x) not in seen:
+                hm = by_model.get(a, set()) if a >= 0 else set()
+                ht = by_task.get(x, set()) if x >= 0 else set()
+                if hm != ht:
+                    g, v = min(hm ^ ht)
+                    pos = int(np.asarray(meaning.key_positions[g])[0])
+                    raise Unproven(f"query token {u} and key token {v} at position {pos}: the model "
+                                   f"{'counts' if (g, v) in hm else 'does not count'} the pair, the task "
+                                   f"{'does' if (g, v) in ht else 'does not'}", {"tokens": [u, v], "positions": [pos]})
+                seen[(a, x)] = bool(ht)
+            can[r] = seen[(a, x)]
+        return can

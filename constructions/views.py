@@ -8,7 +8,10 @@ position it still needs, a *view*: the tracked residual columns as boxes (see
 * ``Var("ptr")``: the token at a position chosen by the value of another variable of the view
   (``at[m, u]`` for member m and value index u of the base variable) -- a lookup by an index token;
 * ``Var("count")``: the number of positions whose *feature* is 1, the feature of each position
-  being a function of that position's own view (see :class:`Count`).
+  being a function of that position's own view (see :class:`Count`);
+* ``Var("match")``: the number of key positions whose key id equals the query id of the member's
+  own token (the view's ``tok`` variable at the member's position) -- the match count c of an
+  exact-match head (see :class:`MatchCount`).
 
 Every variable has a finite domain (token ids, or counts) and a class map ``cls`` from domain index
 to table index: values that behave identically share a table entry. A :class:`Group` is a set of
@@ -48,16 +51,31 @@ class Count:
 
 
 @dataclass
+class MatchCount:
+    """The match variable's meaning: c = #{j : key_id(j, tok_j) = query_id(tok_i) >= 0}, i the
+    member's own position (``Var.at``; its token is the view's tok variable at i). Ids are codes:
+    equal ids, equal code vectors. Keys are listed per key group (positions sharing a domain and
+    a key per token); a token's id -1 means no query / no real key (a default or silent key)."""
+
+    query_tokens: np.ndarray  # the token ids allowed at the members' position
+    query_id: np.ndarray  # the query id of each of those tokens
+    key_positions: list[np.ndarray]  # per key group: its positions
+    key_tokens: list[np.ndarray]  # per key group: the token ids allowed there
+    key_id: list[np.ndarray]  # per key group: the key id of each of those tokens
+
+
+@dataclass
 class Var:
     """An input variable (see the module docstring)."""
 
-    kind: str  # "tok" | "ptr" | "count"
-    at: np.ndarray | None  # tok: [P] positions; ptr: [P, n_base_values] positions; count: None
-    domain: np.ndarray  # token ids (tok, ptr) or count values (count)
+    kind: str  # "tok" | "ptr" | "count" | "match"
+    at: np.ndarray | None  # tok: [P] positions; ptr: [P, n_base_values] positions; count: None; match: [P] members
+    domain: np.ndarray  # token ids (tok, ptr) or count values (count, match)
     cls: np.ndarray  # [len(domain)] table index of each value
     base: int = -1  # ptr: index of the base variable in the group
     count: Count | None = None
-    uid: int = field(default_factory=lambda: next(_UIDS))  # identity of ptr / count variables
+    uid: int = field(default_factory=lambda: next(_UIDS))  # identity of ptr / count / match variables
+    match: MatchCount | None = None
 
     @property
     def ncls(self) -> int:

@@ -6,6 +6,7 @@
     m([([3, 1, 4, 1, 5, 9, 2, 6], 3)])                        # answers (the exact executor, the model's format)
     logits, cache = m.run_with_cache(inputs)                  # every activation by TransformerLens hook name
     r = xf.verify(m, mode="certify"); r.passed; r.to_dict(); r.to_json()
+    h = xf.build("k-hop", n=64, k=3); h(tokens); xf.verify(h, mode="sample")  # an EMA program (MPCModel)
     xf.save(m, "dir"); xf.load("dir"); xf.FixedPoint.binary(4, 5); xf.constructions()
 
 :class:`Model` wraps the exact model (:class:`~exactformer.constructions.ir.CompiledModel`,
@@ -30,6 +31,7 @@ from exactformer.constructions.ir import CompiledModel
 from exactformer.precision import Format, parse_format
 from exactformer.verify.executor import RunResult, run
 from exactformer.verify.forward import Cache, forward_with_cache
+from exactformer.verify.mpc_check import MPCModel
 from exactformer.verify.verifier import Report
 from exactformer.verify.verifier import verify as _verify
 
@@ -116,10 +118,16 @@ def _arguments(name: str, args: tuple, kwargs: dict[str, Any]) -> None:
         raise BuildError(f"{name}: {e}; its parameters are {', '.join(c.parameters)}") from None
 
 
-def build(name: str, **kwargs: Any) -> Model:
+def _model(built: Any) -> Model | MPCModel:
+    """What a builder returned, ready to run: a weight model (:class:`Model`) or an EMA program
+    (:class:`~exactformer.verify.mpc_check.MPCModel`)."""
+    return Model(built) if isinstance(built, CompiledModel) else MPCModel(built)
+
+
+def build(name: str, **kwargs: Any) -> Model | MPCModel:
     """Build construction ``name`` (see :func:`constructions`) with its builder's keyword arguments."""
     _arguments(name, (), kwargs)
-    return Model(registry.get(name).builder(**kwargs))
+    return _model(registry.get(name).builder(**kwargs))
 
 
 def load(path: str | Path) -> Model:
@@ -140,9 +148,9 @@ def builder(name: str):
     """``xf.index_lookup(...)`` etc.: the builder of a construction, returning a :class:`Model`."""
     fn = registry.get(name).builder
 
-    def build_model(*args: Any, **kwargs: Any) -> Model:
+    def build_model(*args: Any, **kwargs: Any) -> Model | MPCModel:
         _arguments(name, args, kwargs)
-        return Model(fn(*args, **kwargs))
+        return _model(fn(*args, **kwargs))
 
     build_model.__name__ = fn.__name__
     build_model.__doc__ = fn.__doc__

@@ -220,7 +220,9 @@ def test_verify_all_small():
     d = one_json(r)
     assert r.exit_code == 0 and d["passed"] and d["n"] == 16 and d["mode"] == "certify"
     assert [x["name"] for x in d["reports"]] == registry.names()
-    assert all(REPORT_KEYS <= set(x) and x["precision"] and x["note"] is None for x in d["reports"])
+    # every construction certifies, except the EMA programs (no certificate): those are sampled, said so
+    assert all(REPORT_KEYS <= set(x) and x["precision"] and (x["note"] is None) != (x["details"].get("kind") == "ema-program")
+               for x in d["reports"])
     r = invoke("verify", "all", "--n", "16", "--mode", "sample", "--samples", "4", "--seed", "2", "--json")
     d = one_json(r)  # the mode is honoured, not ignored
     assert r.exit_code == 0 and all(x["mode"] == "sample" and x["seed"] == 2 for x in d["reports"])

@@ -15,15 +15,8 @@ from exactformer.constructions.mpc_compile import compile_protocol, resources
 from exactformer.constructions.mpc_library import k_hop, prefix_sums, sort
 from exactformer.precision import FixedPoint
 from exactformer.verify import ema_program, mpc
-from exactformer.verify.mpc_check import (
-    APPLICATIONS,
-    CheckError,
-    build,
-    check_batches,
-    differential,
-    k_hop_truth,
-    restricted_growth_strings,
-)
+from exactformer.constructions.mpc_tasks import APPLICATIONS, k_hop_truth, restricted_growth_strings
+from exactformer.verify.mpc_check import CheckError, build, check_batches, differential
 
 
 # ------------------------------------------------------------------------------------------------
@@ -191,7 +184,7 @@ def test_format_without_room_for_the_words_is_reported():
 def test_protocol_errors_surface_as_counterexamples():
     model = build("k-hop", 8, hops=2, alphabet=8)
     small = dataclasses.replace(model.protocol, memory=3)  # "prev" publishes 3L = 9 words
-    rep = check_batches(dataclasses.replace(model, protocol=small), [("sample", np.zeros((2, 8), np.int64))],
+    rep = check_batches(dataclasses.replace(model.compiled, protocol=small), [("sample", np.zeros((2, 8), np.int64))],
                         [None], "sample", 0)
     assert not rep.passed and rep.counterexample.kind == "error" and rep.counterexample.level == "mpc"
     assert "s = 3 words sent per machine" in rep.reason
@@ -247,7 +240,7 @@ def test_match2_paper_setting():
     r = m.resources
     assert (r.layers, r.max_heads, r.key_words, r.value_words, r.m) == (1, 1, 1, 1, 1)
     rep = m.verify("sample", samples=300, seed=7)
-    assert rep.passed and rep.inputs > 300 and rep.seed == 7 and rep.levels == ["mpc", "ideal", m.fmt.name, "truth"]
+    assert rep.passed and rep.inputs > 300 and rep.seed == 7 and rep.levels == ["mpc", "ideal", m.fmt.name, f"softmax {m.fmt.name}", "truth"]
     assert m([0] * 31 + [5]) == [1] * 31 + [0]
 
 

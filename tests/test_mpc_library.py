@@ -13,7 +13,7 @@ from exactformer.constructions.mpc import ProtocolError
 from exactformer.constructions.mpc_compile import resources
 from exactformer.constructions.mpc_library import columnsort_shape, induction_heads, k_hop, levels, match2, prefix_sums, sort
 from exactformer.verify.mpc import run
-from exactformer.verify.mpc_check import (
+from exactformer.constructions.mpc_tasks import (
     count_rgs,
     k_hop_truth,
     match2_truth,

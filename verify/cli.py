@@ -270,6 +270,9 @@ def _build(name: str, kw: dict[str, Any]) -> None:
         fail(f"--out: {str(out)!r} exists and is not a directory", as_json)
     with Steps(lines=not as_json) as steps:
         model, _ = _construct(name, kw, as_json, steps)
+        if not isinstance(model, CompiledModel):  # an EMA program (P2 Thm 4.1): no weights to write
+            fail(f"{name} builds an EMA program, which has no weight files; run it with `exactformer verify {name}` "
+                 f"or xf.build({name!r}, ...)", as_json)
         steps.step(f"write {out}")
         try:
             path = save(model, out, dense=not compact)

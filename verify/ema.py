@@ -42,6 +42,7 @@ from typing import Any
 
 import numpy as np
 
+from exactformer.constructions.blocks.match import MatchHead, ema_weight
 from exactformer.precision import FixedPoint, Format
 from exactformer.precision._xp import NP, is_torch, torch_xp
 
@@ -317,11 +318,6 @@ def _check_fmt(fmt) -> FixedPoint | None:
     return fmt
 
 
-def match_weight(fmt: FixedPoint, count: int) -> int:
-    """Exact raw weight round(S / count) of the format's rounding, before saturation (count >= 1)."""
-    return int(round(Fraction(fmt.scale, count))) if fmt.nearest else fmt.scale // count
-
-
 def _weights(xp, fmt: FixedPoint, c):
     """Raw weights sat(round(S/c)) for counts c (0 where c = 0), and the unsaturated values."""
     S = fmt.scale
@@ -435,7 +431,7 @@ def _group_sums(xp, krow, kcount, qcount, V, fmt):
     classes = classes.tolist()
     if len(classes) > 1:  # group the groups by size
         groups = groups[_argsort(xp, sizes)]
-    one_is_exact = fmt is None or min(match_weight(fmt, 1), fmt.max_raw) == fmt.scale
+    one_is_exact = fmt is None or ema_weight(fmt, 1) == fmt.scale
     n_sums = bounds[-1] - (bounds[1] if classes[0] == 1 and one_is_exact else 0)
     sums = xp.empty((n_sums + 1, dv))
     sums[n_sums] = 0
@@ -443,7 +439,7 @@ def _group_sums(xp, krow, kcount, qcount, V, fmt):
     inexact, off, vmax = 0, 0, None
     for s, a, b in zip(classes, bounds[:-1], bounds[1:]):
         gs = groups[a:b]
-        w = None if fmt is None else min(match_weight(fmt, s), fmt.max_raw)
+        w = None if fmt is None else ema_weight(fmt, s)
         if s == 1 and one_is_exact:  # the weight is exactly 1: v_j itself
             direct[gs] = krow[kstart[gs]]
             continue
@@ -740,23 +736,11 @@ def lowering_conditions(fmt: Format, eta, bits: int, max_count: int) -> dict[str
     ``sum_in_range``: max_count * min(S, max_raw) <= max_raw (the softmax denominator is not clipped).
     ``logits_in_range``: eta * b and b - 1 representable. ``weights_positive``: round(S/max_count)
     >= 1 (else matches read as "no match": the softmax still equals fixed-point EMA, but neither is
-    EMA). ``one_representable``: S <= max_raw (else the single-match weight saturates)."""
+    EMA). ``one_representable``: S <= max_raw (else the single-match weight saturates).
+    The condition is the block's (:meth:`~exactformer.constructions.blocks.match.MatchHead.conditions`);
+    this function checks the arguments."""
     fmt = _check_fmt(fmt)
     if fmt is None:
         raise EMAError("fmt: the lowered head needs a FixedPoint format, got None")
-    e = _eta_raw(fmt, eta)
-    saved = fmt.counts.as_dict()
-    try:
-        suppressed = int(fmt.exp(-e)) == 0
-    finally:
-        fmt.counts.saturations, fmt.counts.underflows = saved["saturations"], saved["underflows"]
-    S = fmt.scale
-    out = {
-        "exp_minus_eta_is_zero": suppressed,
-        "sum_in_range": max_count * min(S, fmt.max_raw) <= fmt.max_raw,
-        "logits_in_range": e * bits <= fmt.max_raw and (bits - 1) * S <= fmt.max_raw,
-        "weights_positive": max_count == 0 or match_weight(fmt, max_count) >= 1,
-        "one_representable": S <= fmt.max_raw,
-    }
-    out["ok"] = all(out.values())
-    return out
+    _eta_raw(fmt, eta)
+    return MatchHead.conditions(fmt, Fraction(eta), bits, max_count)

@@ -45,12 +45,14 @@ class HeadStats:
 
 @dataclass
 class LayerState:
-    """The state after layer ``layer`` (0: after ``init``)."""
+    """The state after layer ``layer`` (0: after ``init``), the layer's head statistics and its heads'
+    outputs (what a lowered softmax head must reproduce bit for bit)."""
 
     layer: int
     name: str
     state: State
     heads: list[HeadStats] = field(default_factory=list)
+    outs: tuple[HeadOut, ...] = ()
 
 
 @dataclass
@@ -154,7 +156,7 @@ def trace(program: EMAProgram, inputs, fmt: Format | None = None, generic: bool 
             outs.append(o)
             stats.append(s)
         state = layer.post(state, tuple(outs))
-        yield LayerState(li, layer.name, state, stats)
+        yield LayerState(li, layer.name, state, stats, tuple(outs))
 
 
 def run(program: EMAProgram, inputs, fmt: Format | None = None, generic: bool = False) -> ProgramResult:

@@ -1,152 +1,57 @@
-"""Verification of MPC protocols and their compiled EMA programs (P2 Thm 4.1 and §5).
+"""Verification of MPC protocols, their compiled EMA programs and their softmax lowerings (P2 Thm 4.1
+and §5; spec §B.8).
 
-Four-way differential run on every input (spec §B.8):
+Four-way differential run on every input:
 
-    truth          the task's definition (vectorised ground truths below)
+    truth          the task's definition (:mod:`exactformer.constructions.mpc_tasks`)
     L1  "mpc"      :func:`exactformer.verify.mpc.trace` — direct delivery, every resource checked
     L2  "ideal"    :func:`exactformer.verify.ema_program.trace` in exact rational semantics
     L2  fixed      the same under each requested fixed-point format (weights ⌊S/c⌋/S)
+    L3  softmax    where the application has a lowering (Match2): the registered softmax model run
+                   by the exact executor in its own format — its answers against the truth, and
+                   every lowered head's output against the EMA head's output in that format, bit
+                   for bit
 
 L1 and every L2 run go in lockstep, and after every round the L2 state must equal the L1 memory
 field by field for every machine (the **simulation invariant**); the first difference is reported
 with its round, machine, input and field. Outputs are then compared with the truth.
 
-Input sources per application (:class:`Application`): ``exhaustive`` (for the string tasks every
-restricted growth string — one string per equality pattern, which covers every alphabet because
-the protocols use tokens only through equality), ``sample`` (seeded) and ``adversarial`` (named
-kinds, deterministic given the seed). :func:`build` returns an :class:`MPCModel` (protocol, compiled
-program, resources) that answers per position with None for ⊥.
+:func:`check` runs the input sources of the application (exhaustive, sample, adversarial);
+:class:`MPCModel` is a built application ready to run (``xf.build`` returns one for an EMA-program
+construction); :func:`report_fields` is what ``xf.verify`` and the CLI report for one.
 """
 
 from __future__ import annotations
 
-import inspect
+import math
 import time
 from dataclasses import asdict, dataclass, field
-from typing import Any, Iterator, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
-
-from exactformer.constructions import mpc_library as lib
-from exactformer.constructions.ema_program import EMAProgram
+from exactformer.constructions import registry
+from exactformer.constructions.blocks.match import MatchHead
+from exactformer.constructions.ema_program import EMAProgram, HeadOut
+from exactformer.constructions.ir import CompiledModel
 from exactformer.constructions.mpc import Protocol
-from exactformer.constructions.mpc_compile import ResourceReport, compile_protocol, resources
+from exactformer.constructions.mpc_compile import ResourceReport
+from exactformer.constructions.mpc_tasks import (
+    APPLICATIONS,
+    ApplicationError,
+    ProgramModel,
+)
 from exactformer.precision import FixedPoint, parse_format
 from exactformer.verify import ema_program, mpc
 from exactformer.verify.ema import EMAError
+from exactformer.verify.executor import run as run_model
+from exactformer.verify.forward import forward_with_cache
 
 EXHAUSTIVE_LIMIT = 1 << 22  # inputs; beyond this exhaustive mode refuses
+HEAD_COMPARE_ENTRIES = 1 << 24  # attention entries per chunk of the L3 head comparison (inputs x T x T)
+HEAD_COMPARE_MAX_T = 1024  # above this length L3 is checked on its answers only
 
-
-class CheckError(ValueError):
-    """Bad arguments to a check (mode, counts, parameters of an application)."""
-
-
-# ------------------------------------------------------------------------------------------------
-# ground truths (vectorised; tests compare them with definitional pure-Python versions)
-# ------------------------------------------------------------------------------------------------
-
-
-def sigma(w: np.ndarray) -> np.ndarray:
-    """σ of P2 Def. 5.3, 0-based, for every position: σ(p) = 1 + (last q < p with w_q = w_p), −1 (⊥)
-    if none. [B, n] -> [B, n]. (A stable sort by token puts equal tokens in position order; the
-    previous entry of the same token is the last earlier occurrence.)"""
-    w = np.asarray(w, dtype=np.int64)
-    order = np.argsort(w, axis=-1, kind="stable")
-    sw = np.take_along_axis(w, order, axis=-1)
-    prev = np.full(w.shape, -1, dtype=np.int64)
-    same = sw[:, 1:] == sw[:, :-1]
-    prev_sorted = np.where(same, order[:, :-1], -1)
-    np.put_along_axis(prev, order[:, 1:], prev_sorted, axis=-1)
-    return np.where(prev >= 0, prev + 1, -1)
-
-
-def compose(f: np.ndarray, g: np.ndarray) -> np.ndarray:
-    """(f∘g)(p) = f(g(p)) for pointer arrays [B, n] with ⊥ = −1 absorbing."""
-    return np.where(g >= 0, np.take_along_axis(f, np.maximum(g, 0), axis=-1), -1)
-
-
-def sigma_power(w: np.ndarray, hops: int) -> np.ndarray:
-    """σ^k (k = ``hops``) by binary exponentiation of the pointer array (⊥ absorbing)."""
-    s = sigma(w)
-    acc = np.broadcast_to(np.arange(s.shape[1]), s.shape).copy()
-    k = hops
-    while k:
-        if k & 1:
-            acc = compose(s, acc)
-        k >>= 1
-        if k:
-            s = compose(s, s)
-    return acc
-
-
-def k_hop_truth(w: np.ndarray, hops: int) -> np.ndarray:
-    """P2 Def. 5.5: w_{σ^k(p)} at every position, −1 (⊥) where σ^k(p) = ⊥. [B, n] -> [B, n]."""
-    w = np.asarray(w, dtype=np.int64)
-    p = sigma_power(w, hops)
-    return np.where(p >= 0, np.take_along_axis(w, np.maximum(p, 0), axis=-1), -1)
-
-
-def match2_truth(x: np.ndarray, modulus: int) -> np.ndarray:
-    """P2 Def. 5.1: 1{∃ j (j = i allowed): x_i + x_j ≡ 0 (mod M)}. [B, n] -> [B, n]."""
-    r = np.asarray(x, dtype=np.int64) % modulus
-    rows = np.arange(r.shape[0], dtype=np.int64)[:, None] * modulus
-    flat = (np.sort(r, axis=-1) + rows).ravel()
-    want = ((modulus - r) % modulus + rows).ravel()
-    pos = np.minimum(np.searchsorted(flat, want), flat.size - 1)
-    return (flat[pos] == want).reshape(r.shape).astype(np.int64)
-
-
-def prefix_sums_truth(x: np.ndarray, word_bits: int) -> np.ndarray:
-    """y_i = (x_0 + … + x_i) mod 2^p."""
-    return np.cumsum(np.asarray(x, dtype=np.int64), axis=-1) % (1 << word_bits)
-
-
-def sort_truth(x: np.ndarray) -> np.ndarray:
-    return np.sort(np.asarray(x, dtype=np.int64), axis=-1)
-
-
-# ------------------------------------------------------------------------------------------------
-# restricted growth strings
-# ------------------------------------------------------------------------------------------------
-
-
-def restricted_growth_strings(n: int, blocks: int | None = None, chunk: int = 1 << 16) -> Iterator[np.ndarray]:
-    """Every restricted growth string of length n (a_0 = 0, a_p <= 1 + max(a_0..a_{p−1})) with at most
-    ``blocks`` distinct values, in lexicographic order, in chunks of at most ``chunk`` rows: one
-    string per equality pattern, Bell(n) of them without a block limit."""
-    if n < 1:
-        raise CheckError(f"n must be >= 1, got {n}")
-    cap = n if blocks is None else max(1, min(n, blocks))
-
-    def grow(rows: np.ndarray, top: np.ndarray) -> Iterator[np.ndarray]:
-        if rows.shape[1] == n:
-            yield rows
-            return
-        kids = np.minimum(top + 2, cap)
-        idx = np.repeat(np.arange(len(rows)), kids)
-        starts = np.cumsum(kids) - kids
-        vals = np.arange(len(idx)) - np.repeat(starts, kids)
-        new = np.concatenate([rows[idx], vals[:, None].astype(rows.dtype)], axis=1)
-        new_top = np.maximum(top[idx], vals)
-        for lo in range(0, len(new), chunk):
-            yield from grow(new[lo:lo + chunk], new_top[lo:lo + chunk])
-
-    yield from grow(np.zeros((1, 1), dtype=np.int64), np.zeros(1, dtype=np.int64))
-
-
-def count_rgs(n: int, blocks: int | None = None) -> int:
-    """Number of restricted growth strings of length n with at most ``blocks`` values (Σ_j S(n, j))."""
-    cap = n if blocks is None else max(1, min(n, blocks))
-    row = [1] + [0] * cap  # Stirling numbers of the second kind S(m, j), j = 0..cap
-    for m in range(1, n + 1):
-        row = [0] + [j * row[j] + row[j - 1] for j in range(1, cap + 1)]
-    return sum(row)
-
-
-# ------------------------------------------------------------------------------------------------
-# the differential check
-# ------------------------------------------------------------------------------------------------
+#: bad arguments to a check or an application (mode, counts, parameters, inputs)
+CheckError = ApplicationError
 
 
 @dataclass
@@ -154,8 +59,8 @@ class Counterexample:
     input: list[int]
     index: int  # position of the input in the run (0-based)
     source: str
-    level: str  # "mpc", "ideal", a format name, or "truth"
-    kind: str  # "invariant", "output", "error"
+    level: str  # "mpc", "ideal", a format name, "softmax <format>", or "truth"
+    kind: str  # "invariant", "output", "head", "error"
     round: int | None = None
     round_name: str | None = None
     machine: int | None = None
@@ -170,12 +75,15 @@ class Counterexample:
                     f"at machine {self.machine}, field {self.field!r}: expected {self.expected}, got {self.got}")
         if self.kind == "output":
             return f"{self.level}: output at position {self.machine} is {self.got}, truth {self.expected}"
+        if self.kind == "head":
+            return (f"{self.level}: the lowered head {self.field} at machine {self.machine} outputs {self.got} (raw), "
+                    f"the EMA head {self.expected}")
         return f"{self.level}: {self.message}"
 
 
 @dataclass
 class CheckReport:
-    """Result of :func:`check_batches`: a PASS covers ``inputs`` inputs (exhaustive, or from ``seed``)."""
+    """Result of :func:`check`: a PASS covers ``inputs`` inputs (exhaustive, or from ``seed``)."""
 
     name: str
     n: int
@@ -192,13 +100,17 @@ class CheckReport:
     max_matches: int = 0  # largest match count of any head
     lost_matches: dict[str, int] = field(default_factory=dict)  # format -> queries that lost a match
     resources: ResourceReport | None = None
+    heads_compared: int = 0  # inputs on which L3's heads were compared with L2's bit for bit
 
     @property
     def reason(self) -> str:
         if self.counterexample is not None:
             return self.counterexample.describe()
-        return ("every input correct" if self.mode == "exhaustive"
-                else f"{self.inputs} inputs correct (seed {self.seed})")
+        if self.mode == "exhaustive":
+            return "every input correct"
+        sampled = self.sources.get("sample", 0)
+        return (f"{self.inputs} inputs correct ({sampled} sampled with seed {self.seed}, the rest adversarial with "
+                f"seed {None if self.seed is None else self.seed + 1})")
 
     def to_json(self) -> dict[str, Any]:
         d = asdict(self)
@@ -241,9 +153,10 @@ def _row(a: np.ndarray, b: int, i: int) -> Any:
 
 def differential(protocol: Protocol, program: EMAProgram, x: np.ndarray, truth: np.ndarray | None,
                  formats: Sequence[FixedPoint | None] = (None,), run_mpc: bool = True,
-                 stats: dict | None = None) -> Counterexample | None:
-    """Run one batch ``x`` [B, n] through L1 (if ``run_mpc``) and L2 under every format (None = ideal),
-    in lockstep; return the first counterexample (input index relative to the batch; source "")."""
+                 stats: dict | None = None, lowered: CompiledModel | None = None) -> Counterexample | None:
+    """Run one batch ``x`` [B, n] through L1 (if ``run_mpc``), L2 under every format (None = ideal) in
+    lockstep, and L3 (``lowered``, whose format must be among ``formats``); return the first
+    counterexample (input index relative to the batch; source "")."""
     levels: list[tuple[str, Iterator]] = []
     if run_mpc:
         levels.append(("mpc", mpc.trace(protocol, x)))
@@ -252,6 +165,7 @@ def differential(protocol: Protocol, program: EMAProgram, x: np.ndarray, truth: 
     usage = stats.setdefault("usage", {})
     lost = stats.setdefault("lost", {})
     finals: dict[str, dict] = {}
+    outs: dict[str, list[tuple[HeadOut, ...]]] = {}
 
     def cex(level: str, kind: str, **kw) -> Counterexample:
         b = kw.pop("b", 0)
@@ -276,6 +190,8 @@ def differential(protocol: Protocol, program: EMAProgram, x: np.ndarray, truth: 
                     if name != "ideal":
                         lost[name] = lost.get(name, 0) + hs.lost
                 states[name] = st.state
+                if st.layer:
+                    outs.setdefault(name, []).append(st.outs)
             finals[name] = states[name]
         if run_mpc:
             ref = states["mpc"]
@@ -303,11 +219,52 @@ def differential(protocol: Protocol, program: EMAProgram, x: np.ndarray, truth: 
         if bad.any():
             b, i = (int(v) for v in np.argwhere(bad)[0])
             return cex(name, "output", b=b, machine=i, expected=int(truth[b, i]), got=int(out[b, i]))
+    if lowered is not None:
+        return _softmax_level(lowered, x, truth, outs[parse_format(lowered.precision).name], stats, cex)
+    return None
+
+
+def _softmax_level(lowered: CompiledModel, x: np.ndarray, truth: np.ndarray, l2: list[tuple[HeadOut, ...]],
+                   stats: dict, cex: Callable[..., Counterexample]) -> Counterexample | None:
+    """L3: the lowered model's answers (exact executor, its own format) against the truth, and its
+    match heads' outputs against the EMA heads' (L2 in the same format), bit for bit. The lowering
+    maps the program's heads, layer by layer, to the model's :class:`MatchHead` blocks in plan order
+    and machine i to answer position i."""
+    fmt = parse_format(lowered.precision)
+    level = f"softmax {fmt.name}"
+    tokens = registry.task_of(lowered).encode_arrays(lowered, x)
+    res = run_model(lowered, tokens, fmt)
+    got = np.array([[-1 if a is None else int(a) for a in row] for row in res.answers])
+    bad = got != truth
+    if bad.any():
+        b, i = (int(v) for v in np.argwhere(bad)[0])
+        return cex(level, "output", b=b, machine=i, expected=int(truth[b, i]), got=None if got[b, i] < 0 else int(got[b, i]))
+    heads = [(p.layer, p.index, p.block) for p in lowered.plan if p.kind == "head" and isinstance(p.block, MatchHead)]
+    ema = [o for layer in l2 for o in layer]
+    if len(heads) != len(ema):
+        return cex(level, "error", message=f"the lowering has {len(heads)} match heads, the program {len(ema)} EMA heads")
+    T = tokens.shape[1]
+    if T > HEAD_COMPARE_MAX_T:
+        return None
+    pos = lowered.answer_positions_for(T)
+    chunk = max(1, HEAD_COMPARE_ENTRIES // (T * T))
+    for lo in range(0, len(x), chunk):
+        _, cache = forward_with_cache(lowered, tokens[lo:lo + chunk], fmt)
+        for (layer, h, _), out in zip(heads, ema):
+            dv = out.num.shape[-1]
+            z = cache.raw[f"blocks.{layer}.attn.hook_z"][:, pos, h, :dv]
+            want = out.num[lo:lo + chunk]
+            diff = np.argwhere(np.any(z != want, axis=-1))
+            if diff.size:
+                b, i = (int(v) for v in diff[0])
+                return cex(level, "head", b=lo + b, machine=i, field=f"blocks.{layer}.attn head {h}",
+                           expected=want[b, i].tolist(), got=np.asarray(z[b, i]).tolist())
+    stats["heads_compared"] = stats.get("heads_compared", 0) + len(x)
     return None
 
 
 # ------------------------------------------------------------------------------------------------
-# models and applications
+# built applications and their checks
 # ------------------------------------------------------------------------------------------------
 
 
@@ -316,52 +273,61 @@ def _answers(out: np.ndarray, single: bool) -> list:
     return rows[0] if single else rows
 
 
-@dataclass
+def _semantics(model: ProgramModel, fmt: Any) -> FixedPoint | None:
+    """None / "ideal" -> ideal semantics; "default" -> the model's coarsest exact format; a format or its name."""
+    if fmt is None or fmt == "ideal":
+        return None
+    if fmt == "default":
+        return model.fmt
+    return parse_format(fmt) if isinstance(fmt, str) else fmt
+
+
+def lowered_model(model: ProgramModel) -> CompiledModel | None:
+    """The registered softmax construction that lowers ``model``'s program, built for it (or None)."""
+    app = model.application
+    if app.lowered_construction is None:
+        return None
+    return registry.get(app.lowered_construction).builder(n=model.n, **app.lowered_params(model))
+
+
 class MPCModel:
-    """A built application: the protocol (L1), its compiled EMA program (L2) and their resources.
+    """A built EMA-program construction, ready to run: ``compiled`` is its
+    :class:`~exactformer.constructions.mpc_tasks.ProgramModel` (protocol, program, resources,
+    ``fmt``, ``application``, ``params``: available directly as attributes).
 
     ``model(inputs)`` runs the compiled program (ideal semantics by default; ``fmt`` a FixedPoint,
     its name, or "default" for :attr:`fmt`) and returns the answers per position, None for ⊥ —
     a list for one input ([n]), a list of lists for a batch ([B, n])."""
 
-    application: "Application"
-    params: dict
-    protocol: Protocol
-    program: EMAProgram
-    resources: ResourceReport
-    fmt: FixedPoint  # the coarsest exact fixed-point format (program.min_format())
+    def __init__(self, compiled: ProgramModel):
+        self.compiled = compiled
 
-    @property
-    def name(self) -> str:
-        return self.application.name
-
-    @property
-    def n(self) -> int:
-        return self.protocol.n
-
-    def _format(self, fmt) -> FixedPoint | None:
-        if fmt is None or fmt == "ideal":
-            return None
-        if fmt == "default":
-            return self.fmt
-        return parse_format(fmt) if isinstance(fmt, str) else fmt
+    def __getattr__(self, name: str) -> Any:
+        if name == "compiled":
+            raise AttributeError(name)
+        return getattr(self.compiled, name)
 
     def __call__(self, inputs, fmt: FixedPoint | str | None = None) -> list:
-        x = np.asarray(self.application.encode(self, inputs))
-        out = ema_program.run(self.program, x, self._format(fmt)).outputs
+        x = np.asarray(self.application.encode(self.compiled, inputs))
+        out = ema_program.run(self.program, x, _semantics(self.compiled, fmt)).outputs
         return _answers(out, x.ndim == 1)
 
     def mpc(self, inputs) -> list:
         """The same answers from the protocol run directly (L1)."""
-        x = np.asarray(self.application.encode(self, inputs))
+        x = np.asarray(self.application.encode(self.compiled, inputs))
         return _answers(mpc.run(self.protocol, x).outputs, x.ndim == 1)
 
     def truth(self, inputs) -> list:
-        x = np.asarray(self.application.encode(self, inputs))
-        return _answers(self.application.truth(self, np.atleast_2d(x)), x.ndim == 1)
+        x = np.asarray(self.application.encode(self.compiled, inputs))
+        return _answers(self.application.truth(self.compiled, np.atleast_2d(x)), x.ndim == 1)
 
-    def verify(self, mode: str = "sample", **kw) -> CheckReport:
-        return self.application.verify(self, mode, **kw)
+    def lowered(self) -> CompiledModel | None:
+        """The softmax model lowering this program (L3), where one exists."""
+        return lowered_model(self.compiled)
+
+    def verify(self, mode: str = "sample", **kw: Any) -> CheckReport:
+        """The four-way differential check (see :func:`check`)."""
+        return check(self.compiled, mode, **kw)
 
     def __repr__(self) -> str:
         r = self.resources
@@ -369,112 +335,56 @@ class MPCModel:
                 f"m = {r.m}, p = {r.word_bits}, {self.fmt.name}>")
 
 
-class Application:
-    """An application of Thm 4.1: a protocol builder, its ground truth and its input sources."""
-
-    name = ""
-    theorem = ""
-    domain_name = "inputs"
-
-    # ---- to implement ---------------------------------------------------------------------------
-    def protocol(self, n: int, **params) -> Protocol:
-        raise NotImplementedError
-
-    def truth(self, model: MPCModel, x: np.ndarray) -> np.ndarray:
-        raise NotImplementedError
-
-    def domain(self, model: MPCModel) -> int:
-        """Inputs are integers in [0, domain)."""
-        raise NotImplementedError
-
-    def exhaustive(self, model: MPCModel, batch: int) -> Iterator[np.ndarray]:
-        """Every input (default: all of [0, domain)^n in counting order)."""
-        d, n = self.domain(model), model.n
-        total = d**n
-        for lo in range(0, total, batch):
-            idx = np.arange(lo, min(total, lo + batch), dtype=np.int64)
-            digits = (idx[:, None] // d ** np.arange(n - 1, -1, -1, dtype=np.int64)) % d
-            yield digits
-
-    def count(self, model: MPCModel) -> int:
-        return self.domain(model) ** model.n
-
-    def sample(self, model: MPCModel, count: int, seed: int, batch: int) -> Iterator[np.ndarray]:
-        rng = np.random.default_rng(seed)
-        done = 0
-        while done < count:
-            b = min(batch, count - done)
-            yield self.draw(model, rng, b)
-            done += b
-
-    def draw(self, model: MPCModel, rng: np.random.Generator, b: int) -> np.ndarray:
-        return rng.integers(0, self.domain(model), size=(b, model.n))
-
-    def adversarial(self, model: MPCModel, seed: int) -> Iterator[tuple[str, np.ndarray]]:
-        raise NotImplementedError
-
-    # ---- shared ---------------------------------------------------------------------------------
-    def build(self, n: int, **params) -> MPCModel:
-        allowed = [k for k in inspect.signature(self.protocol).parameters if k != "n"]
-        unknown = sorted(set(params) - set(allowed))
-        if unknown:
-            raise CheckError(f"{self.name}: unknown parameter(s) {unknown}; allowed: {allowed}")
-        protocol = self.protocol(n, **params)
-        program = compile_protocol(protocol)
-        return MPCModel(self, dict(protocol.params), protocol, program, resources(protocol), program.min_format())
-
-    def encode(self, model: MPCModel, inputs) -> np.ndarray:
-        x = np.asarray(inputs)
-        if x.ndim not in (1, 2) or x.shape[-1] != model.n or x.dtype.kind not in "iu":
-            raise CheckError(f"{self.domain_name} must be integers of shape [{model.n}] or [B, {model.n}], "
-                             f"got {x.dtype} {list(x.shape)}")
-        d = self.domain(model)
-        if x.size and (x.min() < 0 or x.max() >= d):
-            raise CheckError(f"{self.domain_name} must lie in [0, {d}), got values in [{x.min()}, {x.max()}]")
-        return x.astype(np.int64)
-
-    def verify(self, model: MPCModel, mode: str = "sample", samples: int = 100, seed: int = 0,
-               formats: Sequence[FixedPoint | str | None] | None = None, batch: int | None = None,
-               run_mpc: bool = True) -> CheckReport:
-        """Four-way differential check of ``model``. ``mode``: "exhaustive" (every input, refused above
-        2^22), "sample" (every adversarial input of ``seed`` + ``samples`` seeded random inputs) or
-        "adversarial" (only those). ``formats``: L2 semantics to run (None = ideal; default: ideal and
-        the model's coarsest exact format). ``run_mpc=False`` skips L1 and the invariant (outputs
-        against the truth only)."""
-        if mode not in ("exhaustive", "sample", "adversarial"):
-            raise CheckError(f"mode must be one of ('exhaustive', 'sample', 'adversarial'), got {mode!r}")
-        if isinstance(samples, bool) or not isinstance(samples, int) or samples < 0:
-            raise CheckError(f"samples must be an integer >= 0, got {samples!r}")
-        fmts = [None, model.fmt] if formats is None else [model._format(f) for f in formats]
-        batch = batch or max(1, (1 << 20) // model.n)
-        if mode == "exhaustive":
-            total = self.count(model)
-            if total > EXHAUSTIVE_LIMIT:
-                raise CheckError(f"exhaustive mode: {total} inputs exceed the limit of {EXHAUSTIVE_LIMIT}; use sample")
-            sources = (("exhaustive", x) for x in self.exhaustive(model, batch))
-        else:
-            def both():
-                for kind, x in self.adversarial(model, seed + 1):
-                    for lo in range(0, len(x), batch):
-                        yield kind, x[lo:lo + batch]
-                if mode == "sample":
-                    for x in self.sample(model, samples, seed, batch):
-                        yield "sample", x
-            sources = both()
-        return check_batches(model, sources, fmts, mode, None if mode == "exhaustive" else seed, run_mpc)
+def check(model: ProgramModel, mode: str = "sample", samples: int = 100, seed: int = 0,
+          formats: Sequence[FixedPoint | str | None] | None = None, batch: int | None = None,
+          run_mpc: bool = True, lowered: bool = True, progress: Callable[[int], None] | None = None) -> CheckReport:
+    """Four-way differential check of ``model``. ``mode``: "exhaustive" (every input, refused above
+    2^22), "sample" (every adversarial input of ``seed`` + 1 and ``samples`` seeded random inputs) or
+    "adversarial" (only those). ``formats``: L2 semantics to run (None = ideal; default: ideal and the
+    model's coarsest exact format). ``run_mpc=False`` skips L1 and the invariant (outputs against the
+    truth only); ``lowered=False`` skips L3. ``progress(k)`` is called with the inputs of each batch."""
+    model = getattr(model, "compiled", model)
+    app = model.application
+    if mode not in ("exhaustive", "sample", "adversarial"):
+        raise CheckError(f"mode must be one of ('exhaustive', 'sample', 'adversarial'), got {mode!r}")
+    if isinstance(samples, bool) or not isinstance(samples, int) or samples < 0:
+        raise CheckError(f"samples must be an integer >= 0, got {samples!r}")
+    fmts = [None, model.fmt] if formats is None else [_semantics(model, f) for f in formats]
+    low = lowered_model(model) if lowered else None
+    if low is not None and parse_format(low.precision).name not in [_level_name(f) for f in fmts]:
+        fmts.append(parse_format(low.precision))  # L2 in L3's format, for the head comparison
+    batch = batch or max(1, (1 << 20) // model.n)
+    if mode == "exhaustive":
+        total = app.count(model)
+        if total > EXHAUSTIVE_LIMIT:
+            many = "more than 2^1000" if math.isinf(total) else str(total)
+            raise CheckError(f"exhaustive mode: {many} inputs exceed the limit of {EXHAUSTIVE_LIMIT}; use sample")
+        sources: Iterator[tuple[str, np.ndarray]] = (("exhaustive", x) for x in app.exhaustive(model, batch))
+    else:
+        def both() -> Iterator[tuple[str, np.ndarray]]:
+            for kind, x in app.adversarial(model, seed + 1):
+                for lo in range(0, len(x), batch):
+                    yield kind, x[lo:lo + batch]
+            if mode == "sample":
+                for x in app.sample(model, samples, seed, batch):
+                    yield "sample", x
+        sources = both()
+    return check_batches(model, sources, fmts, mode, None if mode == "exhaustive" else seed, run_mpc, low, progress)
 
 
-def check_batches(model: MPCModel, sources, formats: Sequence[FixedPoint | None], mode: str, seed: int | None,
-                  run_mpc: bool = True) -> CheckReport:
+def check_batches(model: ProgramModel, sources, formats: Sequence[FixedPoint | None], mode: str, seed: int | None,
+                  run_mpc: bool = True, lowered: CompiledModel | None = None,
+                  progress: Callable[[int], None] | None = None) -> CheckReport:
     """Run the differential check over ``(source kind, inputs [B, n])`` pairs; stop at the first
     counterexample."""
+    model = getattr(model, "compiled", model)
     t0 = time.perf_counter()
     stats: dict = {}
     covered, counts, cex = 0, {}, None
     for kind, x in sources:
         x = np.asarray(x, dtype=np.int64)
         truth = model.application.truth(model, x)
-        cex = differential(model.protocol, model.program, x, truth, formats, run_mpc, stats)
+        cex = differential(model.protocol, model.program, x, truth, formats, run_mpc, stats, lowered)
         if cex is not None:
             cex.index += covered
             cex.source = kind
@@ -483,168 +393,48 @@ def check_batches(model: MPCModel, sources, formats: Sequence[FixedPoint | None]
             break
         covered += len(x)
         counts[kind] = counts.get(kind, 0) + len(x)
-    levels = (["mpc"] if run_mpc else []) + [_level_name(f) for f in formats] + ["truth"]
+        if progress is not None:
+            progress(len(x))
+    levels = ((["mpc"] if run_mpc else []) + [_level_name(f) for f in formats]
+              + ([f"softmax {parse_format(lowered.precision).name}"] if lowered is not None else []) + ["truth"])
     return CheckReport(model.name, model.n, model.params, mode, cex is None, covered, seed, counts, levels,
                        time.perf_counter() - t0, cex, stats.get("usage", {}), stats.get("max_matches", 0),
-                       stats.get("lost", {}), model.resources)
+                       stats.get("lost", {}), model.resources, stats.get("heads_compared", 0))
 
 
-# ---- the applications ----------------------------------------------------------------------------
+def report_fields(model: ProgramModel, mode: str, fmt: FixedPoint | str | None = None, samples: int = 1000,
+                  seed: int = 0, device: str = "cpu", progress: Callable[[int], None] | None = None) -> dict[str, Any]:
+    """The fields of the verifier's Report for an EMA-program construction (``xf.verify``, the CLI).
 
-
-class Match2(Application):
-    name = "match2"
-    theorem = "P2 Thm 5.2 (Def. 5.1)"
-    domain_name = "Match2 inputs (residues)"
-
-    def protocol(self, n: int, modulus: int = 37) -> Protocol:
-        return lib.match2(n, modulus)
-
-    def domain(self, model):
-        return model.params["modulus"]
-
-    def truth(self, model, x):
-        return match2_truth(x, model.params["modulus"])
-
-    def adversarial(self, model, seed):
-        n, M = model.n, model.params["modulus"]
-        rng = np.random.default_rng(seed)
-        yield "all-zero", np.zeros((1, n), dtype=np.int64)
-        if M % 2 == 0:
-            yield "all-half", np.full((1, n), M // 2, dtype=np.int64)
-        if M > 2:
-            yield "no-pair", np.ones((1, n), dtype=np.int64)  # 1 + 1 = 2 ≢ 0
-            one = np.ones((n, n), dtype=np.int64)
-            if n >= 2:
-                j = (np.arange(n) + 1 + rng.integers(0, n - 1, size=n)) % n
-                one[np.arange(n), j] = M - 1  # exactly one pair (1, M−1) at every position
-            yield "one-pair", one
-        yield "distinct", np.arange(n, dtype=np.int64)[None, :] % M
-        yield "max-residue", np.full((1, n), M - 1, dtype=np.int64)
-
-
-class KHop(Application):
-    """k-hop induction heads (P2 Def. 5.5, Thm 5.6); ``hops = 1`` is induction heads (Def. 5.3, Thm 5.4)."""
-
-    domain_name = "tokens"
-
-    def __init__(self, name: str = "k-hop", fixed_hops: int | None = None):
-        self.name = name
-        self.fixed_hops = fixed_hops
-        self.theorem = "P2 Thm 5.4 (Def. 5.3)" if fixed_hops == 1 else "P2 Thm 5.6 (Def. 5.5)"
-
-    def protocol(self, n: int, hops: int = 1, alphabet: int | None = None, branching: int = 2) -> Protocol:
-        if self.fixed_hops is not None:
-            if hops != self.fixed_hops:
-                raise CheckError(f"{self.name} has hops = {self.fixed_hops}; use k-hop for other hop counts")
-            return lib.induction_heads(n, n if alphabet is None else alphabet, branching)
-        return lib.k_hop(n, hops, n if alphabet is None else alphabet, branching)
-
-    def domain(self, model):
-        return model.params["alphabet"]
-
-    def truth(self, model, x):
-        return k_hop_truth(x, model.params["hops"])
-
-    def count(self, model):
-        return count_rgs(model.n, self.domain(model))
-
-    def exhaustive(self, model, batch):
-        """Every equality pattern: the restricted growth strings with at most |Σ| values."""
-        return restricted_growth_strings(model.n, self.domain(model), batch)
-
-    def draw(self, model, rng, b):
-        n, S = model.n, self.domain(model)
-        sizes = np.array(sorted({max(1, min(S, v)) for v in (2, 4, n // 4, n, S)}))
-        size = sizes[rng.integers(0, len(sizes), size=b)]
-        return (rng.random((b, n)) * size[:, None]).astype(np.int64)
-
-    def adversarial(self, model, seed):
-        """Named hard cases (spec §B.8.4): fixed points, no repeats, long chains, block boundaries."""
-        n, S, B = model.n, self.domain(model), model.params["branching"]
-        rng = np.random.default_rng(seed)
-        pos = np.arange(n, dtype=np.int64)
-        yield "all-equal", np.zeros((1, n), dtype=np.int64)  # σ(p) = p: fixed points
-        yield "max-token", np.full((1, n), S - 1, dtype=np.int64)
-        yield "runs-of-2", (pos // 2 % S)[None, :]  # "aabbcc…": fixed points inside chains
-        periods = [q for q in (2, 3, 5, S) if 1 <= q <= S]
-        yield "periodic", np.stack([(pos % q + (S - q)) % S for q in periods])  # long hop chains
-        yield "no-repeats", (pos % S)[None, :] if S >= n else ((pos * 7 + 3) % S)[None, :]
-        # the last earlier occurrence sits just before p's level-ℓ block (or at position 0), nothing equal
-        # in between: the search must find it in the sibling block right at the boundary
-        if S >= 2:
-            L = lib.levels(n, B)
-            rows = []
-            for lev in range(1, L + 1):
-                span = B ** (L - lev)
-                if span >= n:
-                    continue
-                for p in rng.integers(span, n, size=4):
-                    for q in {int(p // span * span - 1), 0}:
-                        if q < p:
-                            row = rng.integers(1, S, size=n)
-                            row[[q, p]] = 0
-                            rows.append(row)
-            if rows:
-                yield "block-boundary", np.stack(rows)
-
-
-class PrefixSums(Application):
-    name = "prefix-sums"
-    theorem = "library (push-only MPC; not in P2)"
-    domain_name = "words"
-
-    def protocol(self, n: int, word_bits: int = 8, fan_in: int = 2) -> Protocol:
-        return lib.prefix_sums(n, word_bits, fan_in)
-
-    def domain(self, model):
-        return 1 << model.params["word_bits"]
-
-    def truth(self, model, x):
-        return prefix_sums_truth(x, model.params["word_bits"])
-
-    def adversarial(self, model, seed):
-        n, top = model.n, self.domain(model) - 1
-        yield "all-zero", np.zeros((1, n), dtype=np.int64)
-        yield "all-max", np.full((1, n), top, dtype=np.int64)  # wraps around 2^p at every step
-        yield "alternating", (np.arange(n)[None, :] % 2) * top
-
-
-class Sort(Application):
-    name = "sort"
-    theorem = "library (Columnsort, push-only MPC; P2 L56: sorting in O(1) MPC rounds)"
-    domain_name = "words"
-
-    def protocol(self, n: int, value_bits: int = 8) -> Protocol:
-        return lib.sort(n, value_bits)
-
-    def domain(self, model):
-        return 1 << model.params["value_bits"]
-
-    def truth(self, model, x):
-        return sort_truth(x)
-
-    def adversarial(self, model, seed):
-        n, d = model.n, self.domain(model)
-        pos = np.arange(n, dtype=np.int64)[None, :]
-        yield "all-equal", np.zeros((1, n), dtype=np.int64)
-        yield "all-max", np.full((1, n), d - 1, dtype=np.int64)
-        yield "sorted", pos * d // n
-        yield "reversed", (n - 1 - pos) * d // n
-        yield "two-values", (pos % 2) * (d - 1)
-
-
-APPLICATIONS: dict[str, Application] = {
-    "match2": Match2(),
-    "induction-heads": KHop("induction-heads", fixed_hops=1),
-    "k-hop": KHop("k-hop"),
-    "prefix-sums": PrefixSums(),
-    "sort": Sort(),
-}
+    ``certify``: no certificate (the program's element-wise maps are arbitrary functions): a failure
+    whose reason starts with "no certificate" (``verify all`` samples instead). ``exhaustive`` and
+    ``sample``: the four-way check (:func:`check`) in ideal semantics and in ``fmt`` (default: the
+    coarsest exact format)."""
+    if device != "cpu":
+        raise CheckError(f"device: EMA programs run on the CPU (numpy), got {device!r}")
+    fixed = _semantics(model, fmt or "default")
+    r = model.resources
+    base = dict(construction=model.construction, theorem=model.theorem, n=model.n, mode=mode,
+                seed=seed if mode == "sample" else None, precision=fixed.name, precision_bits=int(fixed.bits), eta=None,
+                eta_paper=None, k=None, layers=r.layers, heads=r.max_heads, width=r.residual, size_bits=None)
+    if mode == "certify":
+        return base | dict(passed=False, inputs_covered=0, seconds=0.0, details={"kind": "ema-program"},
+                           reason="no certificate for EMA programs: their element-wise maps are arbitrary functions "
+                                  "(P2 Def. 2.2); modes exhaustive (for the string tasks every equality pattern) and "
+                                  "sample run the four-way check")
+    rep = check(model, mode, samples=samples, seed=seed, formats=[None, fixed], progress=progress)
+    cex = rep.counterexample
+    return base | dict(passed=rep.passed, inputs_covered=rep.inputs, seconds=rep.seconds, reason=rep.reason,
+                       counterexample=None if cex is None else asdict(cex) | {"description": cex.describe()},
+                       details={"kind": "ema-program", "levels": rep.levels, "sources": rep.sources,
+                                "max_matches": rep.max_matches, "lost_matches": rep.lost_matches,
+                                "heads_compared": rep.heads_compared, "usage": rep.usage,
+                                "resources": model.summary()["bounds"]})
 
 
 def build(name: str, n: int, **params) -> MPCModel:
-    """Build application ``name`` (one of :data:`APPLICATIONS`) for ``n`` machines / tokens."""
+    """Build application ``name`` (one of :data:`APPLICATIONS`) for ``n`` machines / tokens, with the
+    protocol's own parameter names (``hops`` for k-hop; the registered builders take ``k``)."""
     if name not in APPLICATIONS:
         raise CheckError(f"application must be one of {sorted(APPLICATIONS)}, got {name!r}")
-    return APPLICATIONS[name].build(n, **params)
+    return MPCModel(APPLICATIONS[name].build(n, **params))

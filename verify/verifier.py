@@ -4,6 +4,9 @@ A PASS is either a proof (mode ``certify``: every input) or a stated count of in
 seed (modes ``exhaustive`` and ``sample``). A FAIL names the first counterexample found, which the
 executor answered wrong; a certificate that can neither prove nor find one says "unproven" and
 fails. The verifier never branches on a construction's name: the task comes from the registry.
+Constructions that are EMA programs (:class:`~exactformer.constructions.mpc_tasks.ProgramModel`)
+have no certificate; they are checked by the four-way differential run of
+:mod:`exactformer.verify.mpc_check`.
 """
 
 from __future__ import annotations
@@ -18,10 +21,12 @@ import numpy as np
 
 from exactformer.constructions import registry
 from exactformer.constructions.ir import CompiledModel, IRError
+from exactformer.constructions.mpc_tasks import ProgramModel
 from exactformer.constructions.task import Batch, Task
 from exactformer.precision import Format, parse_format
 from exactformer.verify.certify import certify
 from exactformer.verify.executor import run
+from exactformer.verify.mpc_check import CheckError, report_fields
 
 MODES = ("certify", "exhaustive", "sample")
 EXHAUSTIVE_LIMIT = 1 << 22  # inputs; beyond this exhaustive mode refuses
@@ -146,6 +151,13 @@ def verify(model: Any, mode: str = "certify", fmt: Format | str | None = None, s
     adversarial ones, see the task). ``progress(n)`` is called with the inputs done per batch,
     ``phase(name)`` with each certificate step."""
     model = getattr(model, "compiled", model)
+    if isinstance(model, ProgramModel):  # an EMA-program construction: the four-way differential check
+        if mode not in MODES:
+            raise VerifyError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
+        try:
+            return Report(**report_fields(model, mode, fmt, samples, seed, device, progress))
+        except CheckError as e:
+            raise VerifyError(str(e)) from None
     if not isinstance(model, CompiledModel):
         raise VerifyError(f"model must be a built construction (xf.build / xf.load), got {type(model).__name__}")
     if mode not in MODES:
