@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import subprocess
+import sys
 from fractions import Fraction
 
 import numpy as np
@@ -173,6 +175,7 @@ def test_the_certificate_reads_the_weights():
     wrong = _embed_mutant(base, swap_query)
     r = verify(wrong, "certify")
     assert not r.passed and r.counterexample is not None and not verify(wrong, "exhaustive").passed
+    assert "the model counts the pair, the task does not" in r.reason  # the specification's relation check
     for fn, reason in ((second_bos, "default"), (uneven, "magnitudes")):
         r = verify(_embed_mutant(base, fn), "certify")
         assert not r.passed and reason in r.reason, (fn.__name__, r.reason)
@@ -190,6 +193,10 @@ def test_answers_are_stable_across_batches_and_calls():
     assert m([list(r) for r in x]) == full == match2_truth(x, 7).tolist()
     for size in (1, 2, 7):
         assert sum((m([list(r) for r in x[i:i + size]]) for i in range(0, 7, size)), []) == full
+    code = ("import numpy as np, exactformer as xf; m = xf.build('match2', n=12, modulus=7); "
+            "print(m([list(r) for r in np.random.default_rng(1).integers(0, 7, size=(7, 12))]))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == str(full)
 
 
 def test_bad_arguments_name_the_parameter():
