@@ -143,7 +143,9 @@ class Match2Task(Task):
             yield from self._capped(model, self.near_misses(model, rng), count)
         yield from super().candidates(model, hint, count)
 
-    def _capped(self, model: CompiledModel, x: np.ndarray, count: int, batch: int = 1024) -> Iterator[Batch]:
+    def _capped(self, model: CompiledModel, x: np.ndarray, count: int, batch: int = 64) -> Iterator[Batch]:
+        """The first ``count`` rows of ``x`` in small batches (a counterexample search stops at the first
+        batch with a wrong answer; the executor's cost per input grows with N^2)."""
         x = x[:count]
         for lo in range(0, len(x), batch):
             yield self.batch(model, x[lo:lo + batch])

@@ -13,7 +13,7 @@ from fractions import Fraction
 
 import numpy as np
 import pytest
-from exactformer.constructions.blocks.match import MatchHead
+from exactformer.constructions.blocks.match import MAX_COUNT_CLASSES, MatchHead
 from exactformer.constructions.ir import ExactTensor
 from exactformer.constructions.match2 import (
     Match2Error,
@@ -24,6 +24,7 @@ from exactformer.constructions.match2 import (
 )
 from exactformer.constructions.mpc_tasks import match2_truth
 from exactformer.precision import FixedPoint, Float64, parse_format
+from exactformer.verify.certify import certify
 from exactformer.verify.ema import exact_match_attention, lowering_conditions
 from exactformer.verify.executor import run
 from exactformer.verify.forward import forward_with_cache
@@ -131,6 +132,18 @@ def test_the_paper_setting_n32_m37():
     assert m([0] * 31 + [5]) == [1] * 31 + [0]
     rep = build_program("match2", 32, modulus=37).verify("sample", samples=300, seed=7)
     assert rep.passed and rep.levels[-2] == "softmax binary:int=6,frac=5" and rep.heads_compared == rep.inputs
+
+
+def test_counts_with_many_distinct_outputs_share_classes():
+    """At N = 1024 the head takes 512 distinct outputs c round(S/c)/S: counts share boxed classes
+    (at most 256) and the proof still holds; with S = 512 < c it fails (no runner: unproven)."""
+    m = match2(1024, 37)
+    r = verify(m, "certify")
+    head = r.details["heads"][0]
+    assert r.passed and head["max_count"] == 1024 and head["count_classes"] == MAX_COUNT_CLASSES
+    bad = match2(1024, 37, precision="binary:int=12,frac=9", eta=7)
+    res = certify(bad, parse_format(bad.precision), Match2Task())
+    assert not res.passed and "not determined" in res.reason
 
 
 def test_mutants_are_rejected_with_counterexamples():

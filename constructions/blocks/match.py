@@ -185,7 +185,8 @@ class MatchHead(Block):
             out.append((Group(G.pos[members], [tok, var], table), table))
         ctx.details.setdefault("heads", []).append({
             "layer": layer, "head": head, "block": type(self).__name__, "code_width": form.b,
-            "max_count": n_real, "logit_gap": str(arith.to_fraction(np.array(form.top - form.bos))),
+            "max_count": n_real, "count_classes": int(np.asarray(zc.lo).shape[0]),
+            "logit_gap": str(arith.to_fraction(np.array(form.top - form.bos))),
             "min_match_weight": str(arith.to_fraction(np.array(min(rows[1:], default=0))))})
         return out
 
