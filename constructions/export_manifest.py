@@ -29,7 +29,7 @@ from safetensors import safe_open
 from exactformer.constructions import registry
 from exactformer.constructions.assemble import Placement
 from exactformer.constructions.blocks.base import Block
-from exactformer.constructions.ir import Param
+from exactformer.constructions.ir import Param, VectorInput
 
 FORMAT_NAME = "exactformer-export"
 FORMAT_VERSION = 2  # 2: per-field digests, encoding, codes as generators / views / stored vectors
@@ -168,6 +168,7 @@ MODEL_FIELDS: dict[str, tuple[Callable[[Any], Any], Callable[[Any], Any]]] = {
                          lambda a: None if a is None else tuple(int(t) for t in a)),
     "layout": (lambda d: {k: [int(v[0]), int(v[1])] for k, v in d.items()}, dict),
     "plan": (lambda plan: [_placement_json(p) for p in plan], lambda d: [_placement_from_json(p) for p in d]),
+    "vector_input": (lambda v: None if v is None else v.to_json(), VectorInput.from_json),
 }
 def _placement_json(p: Placement) -> dict[str, Any]:
     return {"block": p.block.to_json(), "kind": p.kind, "layer": int(p.layer),

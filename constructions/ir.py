@@ -104,7 +104,23 @@ class ExactTensor:
         Raises :class:`IRError` naming an entry the format cannot represent. Quantising the
         distinct values only keeps this fast for structured weights.
         """
-        uniq, inv = np.unique(self.num, return_inverse=True)
+        num = self.num
+        S = getattr(fmt, "scale", None) if fmt.is_exact else None
+        if (num.dtype != object and isinstance(S, int) and S % self.den == 0 and num.size > 1 << 16
+                and getattr(fmt, "int64_mode", True)):
+            f = S // self.den  # multiples of 1/den on a grid of step 1/S: raw = num * S/den exactly
+            lo, hi = int(num.min()), int(num.max())
+            if fmt.min_raw <= lo * f and hi * f <= fmt.max_raw and max(abs(lo), abs(hi)) * f < 1 << 62:
+                return num.astype(np.int64) * f
+        if num.dtype != object and num.size > 1 << 16:  # mostly-zero weights: quantise the nonzero entries only
+            nz = np.flatnonzero(num)
+            if nz.size * 4 < num.size:
+                raw_nz = ExactTensor(num.reshape(-1)[nz], self.den).raw(fmt)
+                zero = ExactTensor(np.zeros(1, dtype=num.dtype), self.den).raw(fmt)
+                out = np.full(num.size, zero[0], dtype=raw_nz.dtype if raw_nz.size else zero.dtype)
+                out[nz] = raw_nz
+                return out.reshape(num.shape)
+        uniq, inv = np.unique(num, return_inverse=True)
         vals = [Fraction(int(v), self.den) for v in uniq]
         if fmt.is_exact:
             bad = [v for v in vals if not fmt.represents(v)]
@@ -312,6 +328,85 @@ class Param:
         return {"value": v, "formula": self.formula}
 
 
+@dataclass(frozen=True)
+class VectorInput:
+    """Token ids whose inputs carry an exact vector (Theorem 7: the inputs x_i in R^{d'}).
+
+    At a position holding one of ``tokens`` the vector's values are added to residual columns
+    ``col .. col+width-1`` of the token embedding (``hook_embed`` = W_E[token] + vector); at every
+    other position the vector must be zero. The embedding itself is no finite table of vectors:
+    the values arrive with the input (:class:`Inputs`)."""
+
+    tokens: tuple[int, ...]
+    col: int
+    width: int
+
+    @property
+    def cols(self) -> range:
+        return range(self.col, self.col + self.width)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"tokens": [int(t) for t in self.tokens], "col": int(self.col), "width": int(self.width)}
+
+    @staticmethod
+    def from_json(d: dict[str, Any] | None) -> "VectorInput | None":
+        return None if d is None else VectorInput(tuple(int(t) for t in d["tokens"]), int(d["col"]), int(d["width"]))
+
+
+@dataclass(frozen=True)
+class Inputs:
+    """Token ids [B, T] with the exact vectors [B, T, width] of a model with a
+    :class:`VectorInput` (``vectors``: an :class:`ExactTensor`, zero at positions whose token
+    carries no vector). Indexing and ``len`` act on the batch axis, like a token array."""
+
+    tokens: np.ndarray
+    vectors: ExactTensor
+
+    def __post_init__(self) -> None:
+        t, v = np.asarray(self.tokens), self.vectors
+        if v.num.ndim != t.ndim + 1 or v.shape[: t.ndim] != t.shape:
+            raise IRError(f"vectors must have shape {t.shape} + (width,), got {v.shape}")
+
+    def __len__(self) -> int:
+        return len(self.tokens)
+
+    def __getitem__(self, idx: Any) -> "Inputs":
+        t = np.asarray(self.tokens)[idx]
+        v = self.vectors.num[idx]
+        if np.ndim(t) < np.ndim(self.tokens):  # one input: keep a batch axis of 1
+            t, v = t[None], v[None]
+        return Inputs(t, ExactTensor(v, self.vectors.den))
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return tuple(np.shape(self.tokens))
+
+    @property
+    def ndim(self) -> int:
+        return int(np.ndim(self.tokens))
+
+
+def split_inputs(model: "CompiledModel", tokens: Any) -> tuple[np.ndarray, ExactTensor | None]:
+    """(token ids, exact vectors or None) of what a caller passed to run a model: a token array, or
+    :class:`Inputs`. A model with a :class:`VectorInput` needs Inputs (IRError otherwise); the
+    vectors must be zero wherever the token carries no vector."""
+    vi = getattr(model, "vector_input", None)
+    if not isinstance(tokens, Inputs):
+        if vi is not None:
+            raise IRError(f"{model.construction} reads input vectors: pass Inputs(tokens, vectors), not token ids only")
+        return np.asarray(tokens), None
+    if vi is None:
+        raise IRError(f"{model.construction} reads no input vectors, but vectors were given")
+    t = np.asarray(tokens.tokens)
+    v = tokens.vectors
+    if v.shape[-1] != vi.width:
+        raise IRError(f"vectors must have width {vi.width}, got {v.shape[-1]}")
+    carries = np.isin(t, np.asarray(vi.tokens))
+    if np.any(v.num[~carries] != 0):
+        raise IRError("vectors must be zero at positions whose token carries no vector")
+    return t, v
+
+
 @dataclass
 class CompiledModel:
     """A compiled construction: exact weights, vocabularies and metadata.
@@ -338,6 +433,7 @@ class CompiledModel:
     answer_positions: tuple[int, ...] | None = None  # None: the last position of the input
     layout: dict[str, list[int]] = field(default_factory=dict)  # residual slot -> [first column, width]
     plan: list[Any] = field(default_factory=list)  # blocks and where they sit (assemble.Placement)
+    vector_input: VectorInput | None = None  # token ids whose inputs carry an exact vector
 
     def answer_positions_for(self, T: int) -> np.ndarray:
         """The positions whose logits are answers, for an input of length ``T`` (0-based)."""
@@ -359,6 +455,8 @@ class CompiledModel:
             _hash_embedding(h, name, emb)
         h.update(repr([b.attn.causal for b in self.blocks]).encode())
         h.update(repr(self.answer_positions).encode())
+        if self.vector_input is not None:
+            h.update(repr(self.vector_input).encode())
         return h.hexdigest()
 
     # ---- shape facts -------------------------------------------------------------------
@@ -478,9 +576,16 @@ class CompiledModel:
 
 
 def _hash_tensor(h: "hashlib._Hash", name: str, t: ExactTensor) -> None:
-    num = np.ascontiguousarray(t.num)
+    num = t.num
     h.update(f"{name}|{num.shape}|{num.dtype}|{t.den}|".encode())
-    h.update(num.tobytes() if num.dtype != object else repr(num.tolist()).encode())
+    if num.dtype == object:
+        h.update(repr(num.tolist()).encode())
+        return
+    nz = np.flatnonzero(num) if num.size > 1 << 16 else None
+    if nz is not None and nz.size * 4 < num.size:  # mostly zero: the nonzero entries and where they are
+        h.update(b"sparse|" + nz.tobytes() + num.reshape(-1)[nz].tobytes())
+    else:
+        h.update(np.ascontiguousarray(num).tobytes())
 
 
 def _hash_embedding(h: "hashlib._Hash", name: str, emb: Embedding) -> None:
@@ -535,3 +640,9 @@ def check_shapes(model: CompiledModel) -> None:
         raise IRError(f"unembed.W_U has shape {model.W_U.shape}, expected {(d, len(model.answers))}")
     if len(model.vocab) != model.d_vocab:
         raise IRError(f"vocab has {len(model.vocab)} names for {model.d_vocab} tokens")
+    vi = model.vector_input
+    if vi is not None:
+        if vi.width < 1 or vi.col < 0 or vi.col + vi.width > d:
+            raise IRError(f"vector_input columns [{vi.col}, {vi.col + vi.width}) do not fit d_model = {d}")
+        if not vi.tokens or min(vi.tokens) < 0 or max(vi.tokens) >= model.d_vocab:
+            raise IRError(f"vector_input tokens must be ids in [0, {model.d_vocab})")

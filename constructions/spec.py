@@ -16,6 +16,7 @@ the specification evaluates to the ground truth on all inputs at small N.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from fractions import Fraction
 from typing import Any
 
 import numpy as np
@@ -269,3 +270,94 @@ class ExistsMatch:
                 seen[(a, x)] = bool(ht)
             can[r] = seen[(a, x)]
         return can
+
+
+@dataclass
+class NearestLabel:
+    """At answer position q the answer is (the answer named by) the token at the *label position*
+    of the candidate chosen by a content rule (Theorem 7 and associative recall; see
+    :class:`~exactformer.constructions.views.ContentRule`): "nearest" -- the candidate whose input
+    vector has the largest inner product with the query's (the task's precondition: unique, ahead
+    by ``margin``, squared norms <= ``max_norm_sq``); "equal" -- the candidate whose token equals
+    the query's (the precondition: exactly one).
+
+    ``candidates[q]``: the candidate positions of answer position q; ``label_of[t]``: the label
+    position of candidate t; ``answer_of[v]``: the answer index token v names (-1: none).
+
+    ``check`` requires the view's content variable to carry this rule at q over exactly these
+    candidates (for "nearest": a margin and norm bound the task's precondition implies), a pointer
+    variable based on it reading ``label_of`` of every candidate, and the proved answer to be
+    ``answer_of`` of the pointed-to token for every class, whatever the other variables."""
+
+    rule: str
+    candidates: dict[int, np.ndarray]
+    label_of: np.ndarray
+    answer_of: np.ndarray
+    margin: Any = None
+    max_norm_sq: Any = None
+
+    def evaluate(self, tokens: np.ndarray, vectors: np.ndarray | None = None, scale: int | None = None) -> np.ndarray:
+        """Answer indices [B, A] (answer positions in increasing order); ``vectors`` [B, T, d] exact
+        (integers, the grid values times ``scale``) for "nearest". Inputs that break the
+        precondition give -1."""
+        t = np.asarray(tokens)
+        out = np.full((len(t), len(self.candidates)), -1, dtype=np.int64)
+        for a, q in enumerate(sorted(self.candidates)):
+            C = np.asarray(self.candidates[q])
+            if self.rule == "equal":
+                hit = t[:, C] == t[:, [q]]
+                ok = hit.sum(axis=1) == 1
+                j = C[np.argmax(hit, axis=1)]
+            else:
+                v = np.asarray(vectors)
+                v = v if v.dtype.kind in "iu" and np.abs(v).max(initial=0) < 1 << 28 else v.astype(object)
+                ip = np.einsum("btd,bd->bt", v[:, C], v[:, q])
+                order = np.argsort(-ip, axis=1, kind="stable")
+                best = ip[np.arange(len(t)), order[:, 0]]
+                second = ip[np.arange(len(t)), order[:, 1]] if C.size > 1 else None
+                scale = Fraction(1) if scale is None else Fraction(scale)
+                ok = np.ones(len(t), bool) if second is None else \
+                    np.array([Fraction(int(b) - int(s)) / scale**2 >= self.margin for b, s in zip(best, second)])
+                j = C[order[:, 0]]
+            lab = t[np.arange(len(t)), self.label_of[j]]
+            out[:, a] = np.where(ok, self.answer_of[lab], -1)
+        return out
+
+    def check(self, group: Group, answer: np.ndarray, domains: Any) -> None:
+        vars_ = group.vars
+        cs = [i for i, v in enumerate(vars_) if v.kind == "content"]
+        if len(cs) != 1 or group.pos.size != 1:
+            raise Unproven("the answer is not read through one content pointer (no content variable in its view)")
+        ci, q = cs[0], int(group.pos[0])
+        cv = vars_[ci]
+        rule = cv.content
+        want = np.asarray(self.candidates.get(q, np.zeros(0, np.int64)))
+        if rule is None or rule.rule != self.rule or rule.query != q:
+            raise Unproven(f"at position {q} the content pointer follows rule {getattr(rule, 'rule', None)!r} "
+                           f"for query {getattr(rule, 'query', None)}, the task's is {self.rule!r} at {q}", {"positions": [q]})
+        if not np.array_equal(np.asarray(rule.candidates), want) or not np.array_equal(cv.domain, want):
+            raise Unproven(f"at position {q} the content pointer chooses among other positions than the task's "
+                           f"candidates", {"positions": [q]})
+        if self.rule == "nearest" and not (rule.margin is not None and self.margin >= rule.margin
+                                           and rule.max_norm_sq is not None and self.max_norm_sq <= rule.max_norm_sq):
+            raise Unproven(f"the model is proved for margin >= {rule.margin} and norms^2 <= {rule.max_norm_sq}, "
+                           f"the task allows margin {self.margin} and norms^2 {self.max_norm_sq}")
+        ps = [i for i, v in enumerate(vars_) if v.kind == "ptr" and v.base == ci]
+        if len(ps) != 1:
+            raise Unproven(f"at position {q} the answer is not the token at a position the content pointer chooses")
+        pi = ps[0]
+        pv = vars_[pi]
+        if not np.array_equal(pv.at[0], self.label_of[cv.domain]):
+            u = int(np.flatnonzero(pv.at[0] != self.label_of[cv.domain])[0])
+            raise Unproven(f"candidate {int(cv.domain[u])} leads to position {int(pv.at[0][u])}, not to its label "
+                           f"{int(self.label_of[cv.domain[u]])}", {"positions": [int(cv.domain[u])]})
+        for i in range(len(vars_)):
+            if i not in (ci, pi) and np.any(np.ptp(answer, axis=i) != 0):
+                raise Unproven(f"at position {q} the answer depends on more than the chosen label")
+        got = np.moveaxis(answer, [ci, pi], [0, 1]).reshape(answer.shape[ci], answer.shape[pi], -1)[..., 0]
+        got = got[cv.cls][:, pv.cls]  # [candidates, label tokens]
+        exp = self.answer_of[pv.domain][None, :]
+        if np.any(got != exp):
+            c, s = np.argwhere(got != exp)[0]
+            raise Unproven(f"at position {q} with candidate {int(cv.domain[c])} and label token {int(pv.domain[s])} the "
+                           f"proved answer is {int(got[c, s])}, the task's is {int(exp[0, s])}", {"positions": [q]})

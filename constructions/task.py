@@ -49,6 +49,7 @@ class Domains:
 
     values: list[np.ndarray]
     of: np.ndarray  # [T]
+    precondition: Any = None  # what the task assumes beyond the token domains (e.g. a margin on input vectors)
 
     def __getitem__(self, t: int) -> np.ndarray:
         return self.values[int(self.of[t])]

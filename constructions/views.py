@@ -11,7 +11,12 @@ position it still needs, a *view*: the tracked residual columns as boxes (see
   being a function of that position's own view (see :class:`Count`);
 * ``Var("match")``: the number of key positions whose key id equals the query id of the member's
   own token (the view's ``tok`` variable at the member's position) -- the match count c of an
-  exact-match head (see :class:`MatchCount`).
+  exact-match head (see :class:`MatchCount`);
+* ``Var("content")``: a *content pointer*: the position chosen by the content of the input (the
+  nearest neighbour of the query's vector, or the position holding the query's symbol); its domain
+  is the candidate positions and its meaning (:class:`ContentRule`) says which rule chooses, under
+  which precondition of the task. A ``ptr`` variable may be based on it (the token at the position
+  the content pointer chooses: the label next to the nearest neighbour).
 
 Every variable has a finite domain (token ids, or counts) and a class map ``cls`` from domain index
 to table index: values that behave identically share a table entry. A :class:`Group` is a set of
@@ -64,18 +69,34 @@ class MatchCount:
     key_id: list[np.ndarray]  # per key group: the key id of each of those tokens
 
 
+@dataclass(frozen=True)
+class ContentRule:
+    """The meaning of a content pointer: at query position ``query``, the candidate position chosen
+    by ``rule`` -- "nearest": the candidate whose input vector has the largest inner product with
+    the query's vector, ahead of every other by at least ``margin``, every vector's squared norm
+    at most ``max_norm_sq`` (the task's precondition); "equal": the unique candidate whose token
+    equals the query's token (the task's precondition: exactly one does)."""
+
+    rule: str
+    query: int
+    candidates: tuple[int, ...]
+    margin: Any = None
+    max_norm_sq: Any = None
+
+
 @dataclass
 class Var:
     """An input variable (see the module docstring)."""
 
-    kind: str  # "tok" | "ptr" | "count" | "match"
-    at: np.ndarray | None  # tok: [P] positions; ptr: [P, n_base_values] positions; count: None; match: [P] members
-    domain: np.ndarray  # token ids (tok, ptr) or count values (count, match)
+    kind: str  # "tok" | "ptr" | "count" | "match" | "content"
+    at: np.ndarray | None  # tok: [P] positions; ptr: [P, n_base_values] positions; count: None; match, content: [P] members
+    domain: np.ndarray  # token ids (tok, ptr), count values (count, match) or candidate positions (content)
     cls: np.ndarray  # [len(domain)] table index of each value
     base: int = -1  # ptr: index of the base variable in the group
     count: Count | None = None
     uid: int = field(default_factory=lambda: next(_UIDS))  # identity of ptr / count / match variables
     match: MatchCount | None = None
+    content: ContentRule | None = None  # content: the rule that chooses the position
 
     @property
     def ncls(self) -> int:

@@ -32,7 +32,11 @@ def client_encode(man: dict, example) -> list[int]:
     ids = {name: i for i, name in enumerate(man["vocab"])}
     out: list[int] = []
     for seg in enc["tokens"]:
-        if "for_each" in seg:
+        if "interleave" in seg:  # one token per element of each part in turn, until they run out
+            seqs = [list(parts[p]) for p in seg["interleave"]]
+            for i in range(max(len(q) for q in seqs)):
+                out += [ids[t.format(q[i])] for q, t in zip(seqs, seg["token"]) if i < len(q)]
+        elif "for_each" in seg:
             out += [ids[seg["token"].format(v)] for v in parts[seg["for_each"]]]
         elif "of" in seg:
             out.append(ids[seg["token"].format(parts[seg["of"]])])
@@ -117,6 +121,8 @@ def test_every_construction_declares_its_encoding():
         assert {"inputs", "tokens"} <= set(enc) and enc["tokens"], name
         known = {i["name"] for i in enc["inputs"]}
         assert all(set(s) <= {"token", "for_each", "of"} and s.get("for_each", s.get("of", next(iter(known)))) in known
+                   or (set(s) == {"interleave", "token"} and set(s["interleave"]) <= known
+                       and len(s["token"]) == len(s["interleave"]))
                    for s in enc["tokens"]), name
 
 

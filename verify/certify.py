@@ -95,7 +95,7 @@ def _public(details: dict) -> dict:
 
 def _prove(model: CompiledModel, fmt: Format, task: Any, device: str, details: dict, progress) -> Fraction:
     arith = FixedArithmetic(fmt)
-    W = {name: arith.weight(t.num, t.den) for name, t in model.tensors().items()}
+    W = {name: _weight(arith, t) for name, t in model.tensors().items()}
     T = task.length(model)
     if T > model.n_ctx:
         raise Unproven(f"the task's inputs have {T} tokens but the model's context is {model.n_ctx}")
@@ -106,15 +106,31 @@ def _prove(model: CompiledModel, fmt: Format, task: Any, device: str, details: d
     owners = _owners(model, W)
     tracked = _tracked_columns(model, W, owners)
     details["tracked_columns"] = int(tracked.size)
+    if model.vector_input is not None and np.any(np.isin(tracked, np.asarray(model.vector_input.cols))):
+        raise Unproven("a view would hold input-vector columns; only blocks that bound the vectors themselves "
+                       "(through the task's precondition) may read them")
     E, P = model.embed.raw_reader(fmt), model.pos_embed.raw_reader(fmt)
     state = State(initial_groups(arith, E, P, domains, np.arange(T), tracked), tracked)
     nL = len(model.blocks)
+    needs = _needed_positions(W, ctx.written, answer_pos, T, nL)
     for li in range(nL):
         progress(f"layer {li}")
-        need = answer_pos if li == nL - 1 else np.arange(T)
-        state = _layer(ctx, li, owners.get(li, {}), state, need)
+        state = _layer(ctx, li, owners.get(li, {}), state, needs[li])
     progress("readout")
     return _readout(ctx, state, task)
+
+
+def _weight(arith: Any, t: Any) -> np.ndarray:
+    """``arith.weight`` of an exact tensor, entry by entry: for a mostly-zero tensor only its nonzero
+    entries are converted (a zero weight is 0 in every arithmetic)."""
+    num = t.num
+    if num.dtype == object or num.size <= 1 << 16 or 4 * np.count_nonzero(num) >= num.size:
+        return arith.weight(num, t.den)
+    nz = np.flatnonzero(num)
+    vals = arith.weight(num.reshape(-1)[nz], t.den)
+    out = np.zeros(num.size, dtype=np.asarray(arith.weight(np.zeros(1, dtype=num.dtype), t.den)).dtype)
+    out[nz] = vals
+    return out.reshape(num.shape)
 
 
 def _owners(model: CompiledModel, W: dict) -> dict[int, dict[int, Any]]:
@@ -146,24 +162,72 @@ def _written_before(model: CompiledModel, W: dict) -> list[np.ndarray]:
     return out
 
 
+def _needed_positions(W: dict, written: list[np.ndarray], answer_pos: np.ndarray, T: int, nL: int) -> list[np.ndarray]:
+    """The positions whose views each layer must compute: the answer positions in the last layer;
+    in an earlier layer those of the next one, or every position when a later key or value reads a
+    column this layer or an earlier one writes (the executor's rule, verify/executor.py)."""
+    needs = [np.arange(T)] * nL
+    needs[-1] = answer_pos
+    for li in range(nL - 2, -1, -1):
+        pre = f"blocks.{li + 1}.attn."
+        kv = np.any(W[pre + "W_K"] != 0, axis=(0, 2)) | np.any(W[pre + "W_V"] != 0, axis=(0, 2))
+        full = np.any(kv & written[li + 1]) or needs[li + 1].size == T
+        needs[li] = np.arange(T) if full else needs[li + 1]
+    return needs
+
+
 def _tracked_columns(model: CompiledModel, W: dict, owners: dict) -> np.ndarray:
     """Columns some read needs: read by a value, an MLP, the unembedding, or a query/key of a head
-    whose block does not derive its logits from code columns."""
+    whose block does not derive its logits from code columns. A block with ``view_columns`` derives
+    everything its head reads from the weights, the codes and the task's precondition, except those
+    columns, which it reads from views."""
     d = model.d_model
     read = np.any(W["unembed.W_U"] != 0, axis=1)
     for li, blk in enumerate(model.blocks):
         pre = f"blocks.{li}."
         read |= np.any(W[pre + "mlp.W_in"] != 0, axis=1)
         for h in range(blk.attn.n_heads):
-            read |= np.any(W[pre + "attn.W_V"][h] != 0, axis=1)
             owner = owners.get(li, {}).get(h)
+            if hasattr(owner, "view_columns"):
+                read[owner.view_columns(model)] = True
+                continue
+            read |= np.any(W[pre + "attn.W_V"][h] != 0, axis=1)
             if not getattr(owner, "reads_codes", False):  # Q/K of code-reading blocks are structural
                 read |= np.any(W[pre + "attn.W_Q"][h] != 0, axis=1) | np.any(W[pre + "attn.W_K"][h] != 0, axis=1)
     return np.flatnonzero(read[:d]).astype(np.int64)
 
 
+class _SparseProducts:
+    """``arith`` whose ``matmul``/``affine`` form only the products of each column's nonzero
+    weights (a zero weight's product is exactly 0 and adds nothing): the same boxes as the dense
+    image, held as [..., m, r] for at most r nonzero weights per column instead of [..., n, m]
+    (views with many classes through a sparse W_O or MLP). Everything else is ``arith``'s."""
+
+    def __init__(self, arith: Any):
+        self._arith = arith
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._arith, name)
+
+    def matmul(self, x: Box, W: np.ndarray) -> Box:
+        W = np.asarray(W)
+        nz = W != 0
+        r = int(nz.sum(axis=0).max()) if W.size else 0
+        if r == 0 or x.is_point() or 4 * r >= W.shape[0]:
+            return self._arith.matmul(x, W)
+        rows = np.argsort(~nz, axis=0, kind="stable")[:r].T  # [m, r]: each column's nonzero rows first
+        vals = np.where(np.take_along_axis(nz, rows.T, axis=0).T, np.take_along_axis(W, rows.T, axis=0).T, 0)
+        g = Box(np.asarray(x.lo)[..., rows], np.asarray(x.hi)[..., rows])
+        return self._arith.sum(self._arith.mul(g, Box.point(vals.astype(W.dtype))), axis=-1)
+
+    def affine(self, x: Box, W: np.ndarray, b: np.ndarray) -> Box:
+        b = np.asarray(b)
+        return self._arith.add(self.matmul(x, W), Box(b, b))
+
+
 def _layer(ctx: CertContext, li: int, owners: dict[int, Any], state: State, need: np.ndarray) -> State:
-    arith, W = ctx.arith, ctx.W
+    W = ctx.W
+    arith = _SparseProducts(ctx.arith)
     pre = f"blocks.{li}."
     heads = []  # (head index, its output views)
     for h, block in sorted(owners.items()):
@@ -204,7 +268,28 @@ def _layer(ctx: CertContext, li: int, owners: dict[int, Any], state: State, need
                             W[pre + "mlp.W_out"][:, cols], W[pre + "mlp.b_out"][cols])
             x = arith.add(x, mlp)
             new_groups.append(Group(group.pos, group.vars, x))
-    return State(new_groups, cols, state.info)
+    if li == len(ctx.model.blocks) - 1:  # the readout reads the answer positions only
+        return State(new_groups, cols, state.info)
+    return State(new_groups + _not_computed(ctx, li, state, need), cols, state.info)
+
+
+def _not_computed(ctx: CertContext, li: int, state: State, need: np.ndarray) -> list[Group]:
+    """The views of the positions layer ``li`` does not compute (no later query reads them; later
+    keys and values read only columns no layer up to ``li`` writes, see :func:`_needed_positions`):
+    their views before the layer, with every column the layer writes widened to the whole range."""
+    pre, W, arith = f"blocks.{li}.", ctx.W, ctx.arith
+    writes = np.any(W[pre + "attn.W_O"] != 0, axis=(0, 1)) | (W[pre + "attn.b_O"] != 0)
+    writes |= np.any(W[pre + "mlp.W_out"] != 0, axis=0) | (W[pre + "mlp.b_out"] != 0)
+    wide = writes[state.cols]
+    out = []
+    for g in state.groups:
+        members = np.flatnonzero(~np.isin(g.pos, need))
+        if members.size == 0:
+            continue
+        lo = np.where(wide, arith.min_raw, np.asarray(g.table.lo)).astype(np.asarray(g.table.lo).dtype)
+        hi = np.where(wide, arith.max_raw, np.asarray(g.table.hi)).astype(np.asarray(g.table.hi).dtype)
+        out.append(Group(g.pos[members], [v.take(members) for v in g.vars], Box(lo, hi)))
+    return out
 
 
 def _align(need: np.ndarray, residual: list[Group], heads: list[list[tuple[Group, Box]]]) -> list[list[tuple[Group, Box]]]:

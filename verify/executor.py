@@ -7,8 +7,17 @@ answer positions, bit for bit, with shortcuts that provably change nothing:
 * **Live columns.** Only the residual columns that a later read needs are carried (a column that no
   later projection, MLP or unembedding reads cannot change the logits), and each projection
   multiplies only the rows of its weight that are nonzero (zero rows add products that are 0).
-* **Answer positions.** The last block is computed only at the answer positions; earlier blocks at
-  every position (their keys and values are read).
+* **Answer positions.** The last block is computed only at the answer positions; an earlier block
+  at every position when a later block's keys or values read a column it writes, else only at the
+  positions the later blocks' queries need (a column no later key or value reads is needed only at
+  the positions whose queries read it).
+* **Shared logit dims.** Head dims whose query and key both depend on the position alone
+  contribute a partial logit sum that is the same for every input: it is computed once per plan
+  and added (exactly, then saturated once, as ``fmt.matmul`` sums) to the other dims' sum, which is
+  computed per input; if either partial sum saturates, the row is computed whole instead.
+* **Vector inputs.** A model with a ``VectorInput`` takes :class:`~exactformer.constructions.ir.Inputs`:
+  the exact vectors are added to the token embedding's columns (``hook_embed``); a projection that
+  reads those columns depends on the input, never on the token or the position alone.
 * **Sharing without the input.** In the first block a projection whose weight rows read only
   columns that the token embedding leaves zero depends on the position alone ("shared"); one that
   reads only columns the positional embedding leaves zero depends on the token alone ("per token",
@@ -37,7 +46,7 @@ from typing import Any
 
 import numpy as np
 
-from exactformer.constructions.ir import CompiledModel
+from exactformer.constructions.ir import CompiledModel, IRError, split_inputs
 from exactformer.precision import Format, Prepared
 
 DEVICES = ("cpu", "cuda", "torch-cpu")
@@ -81,17 +90,23 @@ def decode_logits(model: CompiledModel, logits: np.ndarray) -> tuple[list[list[A
     return answers, margin
 
 
-def run(model: CompiledModel, tokens: np.ndarray, fmt: Format, device: str = "cpu",
+def run(model: CompiledModel, tokens: Any, fmt: Format, device: str = "cpu",
         batch_size: int | None = None) -> RunResult:
     """Run ``model`` on token ids ``tokens`` [B, T] (or [T]) under ``fmt``.
 
-    ``T`` must not exceed ``model.n_ctx``; ids must lie in ``[0, model.d_vocab)``. Returns the
-    logits at the model's answer positions (see :class:`RunResult`). ``batch_size`` bounds the
-    inputs processed at once (default: chosen so the live residual stays near 2^25 entries).
+    ``T`` must not exceed ``model.n_ctx``; ids must lie in ``[0, model.d_vocab)``. A model with a
+    ``vector_input`` takes :class:`~exactformer.constructions.ir.Inputs` (token ids and exact
+    vectors, which must be representable in ``fmt``). Returns the logits at the model's answer
+    positions (see :class:`RunResult`). ``batch_size`` bounds the inputs processed at once
+    (default: chosen so the live residual stays near 2^25 entries).
     """
-    tokens = np.asarray(tokens)
+    try:
+        tokens, vectors = split_inputs(model, tokens)
+    except IRError as e:
+        raise ExecutorError(str(e)) from None
     if tokens.ndim == 1:
         tokens = tokens[None, :]
+        vectors = None if vectors is None else vectors[None]
     if tokens.ndim != 2 or not (np.issubdtype(tokens.dtype, np.integer) or tokens.size == 0):
         raise ExecutorError(f"tokens must be an integer array [B, T], got dtype {tokens.dtype} shape {tokens.shape}")
     if tokens.dtype.itemsize > 8 or not np.issubdtype(tokens.dtype, np.signedinteger):
@@ -101,12 +116,19 @@ def run(model: CompiledModel, tokens: np.ndarray, fmt: Format, device: str = "cp
         raise ExecutorError(f"sequence length T={T} must lie in [1, n_ctx={model.n_ctx}]")
     if B and (tokens.min() < 0 or tokens.max() >= model.d_vocab):
         raise ExecutorError(f"token ids must lie in [0, d_vocab={model.d_vocab})")
+    vec = None
+    if vectors is not None:
+        try:
+            vec = vectors.raw(fmt)  # [B, T, width], checked exact in fmt
+        except IRError as e:
+            raise ExecutorError(f"input vectors: {e}") from None
     plan = plan_for(model, fmt, device, T)
     plan.fmt = fmt  # a plan is shared by equal formats; events are counted on the caller's object
     if batch_size is None:
         batch_size = max(1, RESIDUAL_BUDGET // max(1, plan.entries_per_input))
     fmt.reset_counts()
-    parts = [plan.be.get(plan.forward(tokens[s : s + batch_size])) for s in range(0, B, batch_size)]
+    parts = [plan.be.get(plan.forward(tokens[s : s + batch_size], None if vec is None else vec[s : s + batch_size]))
+             for s in range(0, B, batch_size)]
     logits = np.concatenate(parts, axis=0) if parts else np.zeros((0, plan.answer_pos.size, len(model.answers)), np.int64)
     answers, margin = decode_logits(model, logits)
     return RunResult(logits, answers, margin, fmt.counts.as_dict())
@@ -233,6 +255,11 @@ class _Proj:
             return self.arr[self.idx]
         return self.arr
 
+    def operand(self, be: _Backend, B: int):
+        """A right operand for matmul against [B, R, T] rows: shared values as one [P, d] matrix
+        (broadcast by matmul, never materialised B times), else :meth:`dense`."""
+        return self.arr[0] if self.kind == "shared" else self.dense(be, B)
+
     def rows_at(self, be: _Backend, b, cols):
         """Values at (input b[i], position cols[i]) -> [len, d] (b, cols backend int arrays)."""
         if self.kind == "shared":
@@ -260,10 +287,16 @@ class _Plan:
         self.answer_pos = model.answer_positions_for(T)
         self.e_cols = model.embed.nonzero_columns()
         self.p_cols = model.pos_embed.nonzero_columns()
-        self.P = model.pos_embed.raw(np.arange(T), fmt)  # [T, d_model] numpy
+        self.v_cols = np.zeros(model.d_model, dtype=bool)  # columns that input vectors fill
+        if model.vector_input is not None:
+            self.v_cols[np.asarray(model.vector_input.cols)] = True
+            self.e_cols = self.e_cols | self.v_cols
+        self.P = model.pos_embed.raw_reader(fmt)  # (positions, cols) -> raw rows, generated on demand
         self.E = model.embed.raw_reader(fmt)  # (token ids, cols) -> raw rows
         self.layers = [self._prepare(b.attn, b.mlp) for b in model.blocks]
         self._live_columns()
+        self._live_positions()
+        self._shared_dims()
         self.W_U = be.put(model.W_U.raw(fmt)[self.live_out[-1]])
         self.b_U = be.put(model.b_U.raw(fmt))
         self.entries_per_input = T * (4 + max(self._materialised_width(li) for li in range(len(self.layers))))
@@ -321,6 +354,35 @@ class _Plan:
             L["mid_from_in"] = be.put(np.searchsorted(self.live_in[li], self.live_mid[li]))
             L["out_from_mid"] = be.put(np.searchsorted(self.live_mid[li], self.live_out[li]))
 
+    def _live_positions(self) -> None:
+        """``block_pos[li]``: the positions at which block li is computed (see the module
+        docstring): the answer positions for the last block; for an earlier block the positions
+        of the next one, or every position when a later key or value reads a column it writes."""
+        nL, T = len(self.layers), self.T
+        self.block_pos = [np.arange(T)] * nL
+        self.block_pos[-1] = self.answer_pos
+        for li in range(nL - 2, -1, -1):
+            L = self.layers[li + 1]
+            kv = np.concatenate([np.concatenate(L["reads"][w]) for w in ("W_K", "W_V")]).astype(np.int64)
+            if np.any(self.written[li + 1][kv]) or self.block_pos[li + 1].size == T:
+                self.block_pos[li] = np.arange(T)
+            else:
+                self.block_pos[li] = self.block_pos[li + 1]
+
+    def _shared_dims(self) -> None:
+        """Per head: (dims whose query and key both depend on the position only, the other dims), or
+        None when the head has no such split (all dims shared, or none)."""
+        for li, L in enumerate(self.layers):
+            L["qk_split"] = []
+            for h in range(L["H"]):
+                shared = np.array([self._source(li, np.flatnonzero(L["W_Q"][h][:, d] != 0)) == "shared"
+                                   and self._source(li, np.flatnonzero(L["W_K"][h][:, d] != 0)) == "shared"
+                                   for d in range(L["W_Q"].shape[2])], dtype=bool)
+                used = np.any(L["W_Q"][h] != 0, axis=0) | (L["b_Q"][h] != 0)
+                used &= np.any(L["W_K"][h] != 0, axis=0) | (L["b_K"][h] != 0)
+                sd, od = np.flatnonzero(shared & used), np.flatnonzero(~shared & used)
+                L["qk_split"].append((sd, od) if sd.size and od.size else None)
+
     def _source(self, li: int, rows: np.ndarray) -> str:
         """How a projection reading residual ``rows`` at block ``li`` depends on the input: "shared"
         (position only, or its bias when it reads nothing), "token" (token only), "embed" (the
@@ -330,6 +392,8 @@ class _Plan:
             return "shared"
         if np.any(self.written[li][rows]):
             return "resid"
+        if np.any(self.v_cols[rows]):
+            return "embed"  # input vectors: neither the token nor the position alone
         if not np.any(self.e_cols[rows]):
             return "shared"
         if not np.any(self.p_cols[rows]):
@@ -341,9 +405,13 @@ class _Plan:
         the embedding or the residual, and the residual itself after the first block); shared and
         per-token projections hold no such array."""
         L = self.layers[li]
-        width = len(self.live_in[li]) if li > 0 else 0
+        held = len(self.block_pos[li - 1]) if li > 0 else 0  # positions the residual is held at
+        width = len(self.live_in[li]) * held // self.T if li > 0 else 0
         for w in ("W_Q", "W_K", "W_V"):
-            for rows in L["reads"][w]:
+            for h, rows in enumerate(L["reads"][w]):
+                split = L["qk_split"][h] if w != "W_V" else None
+                if split is not None:  # only the other dims are materialised per input
+                    rows = rows[np.any(L[w][h][rows][:, split[1]] != 0, axis=1)]
                 if self._source(li, rows) in ("embed", "resid"):
                     width = max(width, len(rows))
         return width
@@ -356,13 +424,18 @@ class _Plan:
         return fmt.add(fmt.matmul(x, W), b)
 
     # ---- the forward pass ---------------------------------------------------------------------
-    def forward(self, tokens: np.ndarray):
+    def forward(self, tokens: np.ndarray, vec: np.ndarray | None = None):
+        self._vec = vec  # this call's input vectors [B, T, width] (raw) or None, dropped on return
+        try:
+            return self._forward(tokens)
+        finally:
+            self._vec = None
+
+    def _forward(self, tokens: np.ndarray):
         fmt, be = self.fmt, self.be
-        T = tokens.shape[1]
-        x = None  # live residual [B, T, live_in[li]] for li >= 1
-        nL = len(self.layers)
+        x = None  # live residual [B, len(block_pos[li-1]), live_in[li]] for li >= 1
         for li, L in enumerate(self.layers):
-            q_pos = self.answer_pos if li == nL - 1 else np.arange(T)
+            q_pos = self.block_pos[li]
             z = be.cat([self._head(li, L, h, tokens, x, q_pos) for h in range(L["H"])], axis=-1)
             x_mid = fmt.add(self._residual(li, tokens, x, q_pos), self._affine(z, L["W_O_mid"], L["b_O_mid"]))
             pre = self._affine(x_mid[..., L["mlp_pos"]], L["W_in_r"], L["b_in_t"])
@@ -374,40 +447,83 @@ class _Plan:
         """add(E[token], P[position]) on ``cols`` at ``positions``: [B, len(positions), len(cols)]."""
         be = self.be
         uniq, inv = _unique_ids(_at(tokens, positions), self.model.d_vocab)
-        E = be.put(self.E(uniq, cols))
-        return self.fmt.add(E[be.put(inv)], be.put(self.P[positions][:, cols])[None])
+        E = be.put(self.E(uniq, cols))[be.put(inv)]
+        vin = self.model.vector_input
+        if vin is not None and np.any(self.v_cols[cols]):  # hook_embed = W_E[token] + vector (exact add)
+            at = np.flatnonzero(self.v_cols[cols])
+            src = cols[at] - vin.col
+            vals = _at(self._vec, positions)
+            if not (src.size == vals.shape[-1] and np.array_equal(src, np.arange(src.size))):
+                vals = vals[..., src]
+            run = at.size == at[-1] - at[0] + 1  # E is a fresh array (a gather): written in place
+            sel = slice(int(at[0]), int(at[-1]) + 1) if run else be.put(at)
+            E[..., sel] = self.fmt.add(E[..., sel], be.put(vals))
+        return self.fmt.add(E, be.put(self.P(positions, cols))[None])
 
     def _residual(self, li: int, tokens: np.ndarray, x, q_pos: np.ndarray):
         """The block input at the query positions, on the block's middle columns."""
         if li == 0:
             return self._embedded(tokens, q_pos, self.live_mid[0])
-        xs = x if q_pos.size == x.shape[1] else x[:, self.be.put(q_pos)]
-        return xs[..., self.layers[li]["mid_from_in"]]
+        return self._resid_at(li, x, q_pos)[..., self.layers[li]["mid_from_in"]]
+
+    def _resid_at(self, li: int, x, positions: np.ndarray):
+        """Block li's input residual ``x`` (held at ``block_pos[li - 1]``) at ``positions``."""
+        held = self.block_pos[li - 1]
+        if positions.size == held.size and np.array_equal(positions, held):
+            return x
+        return x[:, self.be.put(np.searchsorted(held, positions))]
 
     def _proj(self, li: int, L, h: int, which: str, tokens: np.ndarray, x, positions: np.ndarray,
               dims: np.ndarray | None = None) -> _Proj:
         be = self.be
-        rows = L["reads"]["W_" + which][h]
-        W, b = L["W_" + which][h], L["b_" + which][h]
-        if dims is not None:
-            W, b = W[:, dims], b[dims]
-        Wr, bb = be.put(W[rows]), be.put(b)
+        rows, Wr, bb, mono = self._proj_weights(L, li, h, which, dims)
         src = self._source(li, rows)
         B = tokens.shape[0]
         if src == "shared":
             key = (li, h, which, positions.tobytes(), None if dims is None else dims.tobytes())
             if key not in self._shared_proj:
                 self._shared_proj[key] = self._counted(
-                    lambda: self._affine(be.put(self.P[positions][:, rows])[None], Wr, bb))
+                    lambda: self._project(be.put(self.P(positions, rows))[None], Wr, bb, mono))
             val, delta = self._shared_proj[key]
             self._charge(delta, B)
             return _Proj("shared", val)
         if src == "token":
             return self._token_proj(li, h, which, dims, _at(tokens, positions), rows, Wr, bb)
         if src == "embed":
-            return _Proj("full", self._affine(self._embedded(tokens, positions, rows), Wr, bb))
-        xs = x if positions.size == x.shape[1] else x[:, be.put(positions)]
-        return _Proj("full", self._affine(xs[..., be.put(np.searchsorted(self.live_in[li], rows))], Wr, bb))
+            return _Proj("full", self._project(self._embedded(tokens, positions, rows), Wr, bb, mono))
+        xs = self._resid_at(li, x, positions)
+        return _Proj("full", self._project(xs[..., be.put(np.searchsorted(self.live_in[li], rows))], Wr, bb, mono))
+
+    def _proj_weights(self, L, li: int, h: int, which: str, dims: np.ndarray | None) -> tuple:
+        """(rows read, W[rows] and b on the backend) of a projection, restricted to ``dims``; kept
+        in the plan (input-independent)."""
+        key = ("weights", li, h, which, None if dims is None else dims.tobytes())
+        if key not in self._shared_proj:
+            rows = L["reads"]["W_" + which][h]
+            W, b = L["W_" + which][h], L["b_" + which][h]
+            if dims is not None:
+                W, b = W[rows][:, dims], b[dims]
+                keep = np.any(W != 0, axis=1)
+                rows, W = rows[keep], W[keep]
+            else:
+                W = W[rows]
+            self._shared_proj[key] = (rows, self.be.put(W), self.be.put(b), self._monomial(W))
+        return self._shared_proj[key]
+
+    def _monomial(self, W: np.ndarray) -> tuple | None:
+        """(source row, weight) per column when every column of W has at most one nonzero entry: then
+        x @ W + b is add(mul(x[..., source], weight), b) exactly (a sum of one rounded product,
+        saturated once, is that product; the zero weights' products are 0 and count no event)."""
+        if W.ndim != 2 or 0 in W.shape or np.any(np.count_nonzero(W, axis=0) > 1):
+            return None
+        src = np.argmax(W != 0, axis=0)
+        return self.be.put(src), self.be.put(W[src, np.arange(W.shape[1])])
+
+    def _project(self, x, Wr, bb, mono):
+        """add(x @ Wr, bb), through :meth:`_monomial` when it applies."""
+        if mono is None or x.shape[-1] == 0:
+            return self._affine(x, Wr, bb)
+        return self.fmt.add(self.fmt.mul(x[..., mono[0]], mono[1]), bb)
 
     def _token_proj(self, li, h, which, dims, ids: np.ndarray, rows, Wr, bb) -> _Proj:
         """A projection that depends on the token only: a table over token ids, each row charged
@@ -435,6 +551,13 @@ class _Plan:
         if L["v_dims"][h].size == 0:  # the head writes nothing
             return be.put(np.zeros((B, q_pos.size, 0), dtype=np.int64 if self.fmt.is_exact else np.float64))
         allpos = np.arange(self.T)
+        if L["qk_split"][h] is not None:
+            c = self.fmt.counts
+            before = (c.saturations, c.underflows)
+            out = self._head_split(li, L, h, tokens, x, q_pos)
+            if out is not None:
+                return out
+            c.saturations, c.underflows = before  # the attempt's events are discarded: computed whole below
         k = self._proj(li, L, h, "K", tokens, x, allpos)
         v = self._proj(li, L, h, "V", tokens, x, allpos, dims=L["v_dims"][h])
         outs = []
@@ -553,7 +676,7 @@ class _Plan:
         mult = np.bincount(be.get(group).reshape(-1), minlength=int(qtab.shape[0]) if not causal else int(uniq.shape[0]))
         rows = self._to_rows(self._per_multiplicity(mult, rows_of))
         if rows.dense is not None:
-            return fmt.matmul(rows.dense[group], v.dense(be, B))
+            return fmt.matmul(rows.dense[group], v.operand(be, B))
         # CSR rows applied per (input, query row): gather each pair's nonzero columns
         g = group.reshape(-1)
         lens = rows.starts[1:][g] - rows.starts[:-1][g]
@@ -567,11 +690,45 @@ class _Plan:
         out = self._segment_sum(prods, be.cumsum0(lens, 0), axis=1)[0]  # [B*R, dv]
         return out.reshape(B, R, int(v.arr.shape[-1]))
 
+    def _head_split(self, li: int, L, h: int, tokens: np.ndarray, x, q_pos: np.ndarray):
+        """The head's output with the shared dims' partial logits computed once per plan (module
+        docstring): logits = add(shared partial, this call's partial over the other dims). None when
+        a partial sum saturates (then the split is not the forward pass's sum)."""
+        fmt, be = self.fmt, self.be
+        B, allpos = tokens.shape[0], np.arange(self.T)
+        sd, od = L["qk_split"][h]
+        k = self._proj(li, L, h, "K", tokens, x, allpos, dims=od)
+        k_sh = self._proj(li, L, h, "K", tokens, x, allpos, dims=sd)
+        v = self._proj(li, L, h, "V", tokens, x, allpos, dims=L["v_dims"][h])
+        outs = []
+        chunk = max(1, ATTENTION_BLOCK_ENTRIES // (self.T * B))
+        for c0 in range(0, q_pos.size, chunk):
+            qp = q_pos[c0 : c0 + chunk]
+            q_sh = self._proj(li, L, h, "Q", tokens, x, qp, dims=sd)
+            if q_sh.kind != "shared" or k_sh.kind != "shared":
+                return None
+            key = ("partial", li, h, qp.tobytes())
+            if key not in self._shared_rows:
+                P, delta = self._counted(lambda: fmt.matmul(q_sh.arr[0], be.swap(k_sh.arr[0])))
+                self._shared_rows[key] = (P, delta) if delta[0] == 0 else None
+            shared = self._shared_rows[key]
+            if shared is None:
+                return None
+            self._charge(shared[1], B)
+            q = self._proj(li, L, h, "Q", tokens, x, qp, dims=od)
+            part, delta = self._counted(lambda: fmt.matmul(q.dense(be, B), be.swap(k.dense(be, B))))
+            if delta[0]:
+                return None
+            self._charge(delta, 1)
+            logits = fmt.add(shared[0][None], part)  # exact sum of the two partial sums, saturated once
+            outs.append(fmt.matmul(self._softmax_rows(logits, qp, L["causal"]), v.operand(be, B)))
+        return outs[0] if len(outs) == 1 else be.cat(outs, axis=1)
+
     def _dense(self, q: _Proj, k: _Proj, v: _Proj, qp: np.ndarray, causal: bool, B: int):
         fmt, be = self.fmt, self.be
         logits = fmt.matmul(q.dense(be, B), be.swap(k.dense(be, B)))  # [B, R, T]
         a = self._softmax_rows(logits, qp, causal)
-        return fmt.matmul(a, v.dense(be, B))
+        return fmt.matmul(a, v.operand(be, B))
 
     # ---- event counts: every input is charged for the work it needs, shared or not ----------
     def _counted(self, fn):

@@ -22,14 +22,19 @@ Hook names and shapes (B inputs, T positions, H heads)::
 
 Values are raw values of the format (numpy ``int64``, or ``object`` for very wide formats; plain
 floats for float formats); :class:`Cache` turns them into exact :class:`ExactTensor` values.
+
+A model with a ``vector_input`` takes :class:`~exactformer.constructions.ir.Inputs`: ``hook_embed``
+is then ``add(W_E[token], vector)`` (the vector's values in the declared columns, zero elsewhere).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
+
 import numpy as np
 
-from exactformer.constructions.ir import CompiledModel, ExactTensor
+from exactformer.constructions.ir import CompiledModel, ExactTensor, split_inputs
 from exactformer.precision import Format
 
 
@@ -54,13 +59,19 @@ class Cache:
         return self.raw.keys()
 
 
-def forward_with_cache(model: CompiledModel, tokens: np.ndarray, fmt: Format) -> tuple[np.ndarray, Cache]:
-    """All logits [B, T, d_vocab_out] (raw) and the cache of every activation, for token ids [B, T]."""
+def forward_with_cache(model: CompiledModel, tokens: Any, fmt: Format) -> tuple[np.ndarray, Cache]:
+    """All logits [B, T, d_vocab_out] (raw) and the cache of every activation, for token ids [B, T]
+    (or :class:`~exactformer.constructions.ir.Inputs` for a model that reads input vectors)."""
+    tokens, vectors = split_inputs(model, tokens)
     tokens = np.asarray(tokens, dtype=np.int64)
     B, T = tokens.shape
     cache = Cache(fmt)
     keep = cache.raw
     E = model.embed.raw(tokens.reshape(-1), fmt).reshape(B, T, -1)
+    if vectors is not None:
+        vi = model.vector_input
+        E = np.array(E)
+        E[..., vi.col : vi.col + vi.width] = np.asarray(fmt.add(E[..., vi.col : vi.col + vi.width], vectors.raw(fmt)))
     P = model.pos_embed.raw(np.arange(T), fmt)[None].repeat(B, axis=0)
     keep["hook_embed"], keep["hook_pos_embed"] = E, P
     x = np.asarray(fmt.add(E, P))
@@ -108,8 +119,8 @@ def forward_with_cache(model: CompiledModel, tokens: np.ndarray, fmt: Format) ->
     return logits, cache
 
 
-def forward_reference(model: CompiledModel, tokens: np.ndarray, fmt: Format) -> np.ndarray:
+def forward_reference(model: CompiledModel, tokens: Any, fmt: Format) -> np.ndarray:
     """Logits at the model's answer positions [B, A, d_vocab_out] by the plain forward pass."""
     logits, _ = forward_with_cache(model, tokens, fmt)
-    return logits[:, model.answer_positions_for(np.asarray(tokens).shape[-1]), :]
+    return logits[:, model.answer_positions_for(logits.shape[1]), :]
 
