@@ -15,29 +15,18 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
+import math
 import time
 from fractions import Fraction
 
-from exactformer.constructions.mqar import MQARTask, mqar
+from bench_index_lookup import _machine  # this folder is on sys.path when a script here runs
+
+from exactformer.constructions.mqar import MQARTask, hypercube_dim, lean_design, mqar
 from exactformer.constructions.nearest_neighbor import NearestNeighborTask, design, nearest_neighbor, paper_constants
 from exactformer.precision import parse_format
 from exactformer.verify.certify import certify
 from exactformer.verify.lower_bounds import rnn_nearest_neighbor
 from exactformer.verify.verifier import counterexample_runner, verify
-
-
-def _machine() -> str:
-    cpu = platform.processor() or platform.machine()
-    try:
-        for line in open("/proc/cpuinfo"):
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return f"{cpu}, {os.cpu_count()} cores"
 
 
 def table(margins: list[Fraction], exps: range, variant: str = "two-code") -> str:
@@ -58,6 +47,23 @@ def table(margins: list[Fraction], exps: range, variant: str = "two-code") -> st
     return "\n".join(rows)
 
 
+def mqar_table(exps: range) -> str:
+    """The lean MQAR build (|Sigma| = N) and the paper's reduction (hypercube symbols, margin 2/D)."""
+    head = ["N", "lean: k_Sigma", "k2", "d_model", "eta1", "precision", "nn: D", "margin 2/D", "k1", "d_model",
+            "eta1", "precision", "RNN m >= N/(2p)"]
+    rows = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for e in exps:
+        n = 1 << e
+        code, code2, fmt, e1, _, _ = lean_design(n, n)
+        D = hypercube_dim(n)
+        dz = design(n, D, Fraction(2, D), "two-code", 2, None, None, None, 2 * int(round(math.log(D, 4))) + 2)
+        d_lean = int(code.k) + 3 + 1 + 4 * int(code2.k)
+        rows.append("| " + " | ".join([f"2^{e}", str(code.k), str(code2.k), str(d_lean), f"{float(e1):.2f}", fmt.name,
+                                       str(D), str(Fraction(2, D)), str(dz.code1.k), str(dz.d_model), f"{float(dz.eta1):.2f}",
+                                       dz.fmt.name, str(rnn_nearest_neighbor(n, int(fmt.bits)))]) + " |")
+    return "\n".join(rows)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--case", choices=["certify", "sample", "mqar", "table"], required=True)
@@ -68,6 +74,10 @@ def main() -> None:
     a = ap.parse_args()
     if a.case == "table":
         print(table([Fraction(1, 2), Fraction(1, 8), Fraction(1, 32)], range(4, 21, 2)))
+        print()
+        print(table([Fraction(1)], range(2, 7, 2), variant="paper"))
+        print()
+        print(mqar_table(range(4, 21, 4)))
         return
     out: dict = {"case": a.case, "machine": _machine(), "margin": a.margin}
     t = time.perf_counter()

@@ -233,7 +233,7 @@ class Embedding:
                 raise IRError(f"embedding row out of range [0, {self.n_rows})")
             in_table = (rows >= self.table_first_row) & (rows < self.table_first_row + self.table.shape[0])
             if np.any(in_table):
-                out[in_table] = table_raw[rows[in_table] - self.table_first_row][:, cols]
+                out[in_table] = table_raw[np.ix_(rows[in_table] - self.table_first_row, cols)]
             for b in self.blocks:  # only the blocks that meet the requested columns are generated
                 where = np.flatnonzero((cols >= b.col) & (cols < b.col + b.code.k))
                 sel = (rows >= b.first_row) & (rows < b.first_row + b.count)

@@ -305,7 +305,9 @@ def mqar(
     return _lean(n, S, L, queries, e1, e2, fmt)
 
 
-def _lean(n: int, S: int, L: int, queries: str, eta1: Fraction | None, eta2: Fraction | None, fmt: Format | None) -> CompiledModel:
+def lean_design(n: int, S: int, eta1: Fraction | None = None, eta2: Fraction | None = None,
+                fmt: Format | None = None) -> tuple[Any, Any, Format, Fraction, Fraction, str]:
+    """(symbol code, address code, format, eta1, eta2, how the format was chosen) of the lean build."""
     code = smallest_code(S, Fraction(1, 4))
     code2 = smallest_code(2 * n, Fraction(1, 4))
     T, gram = 2 * n - 1, Fraction(code.gram_scale)
@@ -331,6 +333,12 @@ def _lean(n: int, S: int, L: int, queries: str, eta1: Fraction | None, eta2: Fra
         if found is None:
             raise MQARError(f"precision {fmt.name}: no representable eta1, eta2 satisfy the sufficient conditions")
         (e1, e2), how = found, "given"
+    return code, code2, fmt, e1, e2, how
+
+
+def _lean(n: int, S: int, L: int, queries: str, eta1: Fraction | None, eta2: Fraction | None, fmt: Format | None) -> CompiledModel:
+    code, code2, fmt, e1, e2, how = lean_design(n, S, eta1, eta2, fmt)
+    T, gram = 2 * n - 1, Fraction(code.gram_scale)
     m_y = max(1, (L - 1).bit_length())
     lay = Layout()
     for name, width in (("X", code.k), ("Y", m_y), ("FX", 1), ("P2", code2.k), ("A", code2.k), ("R", code2.k),

@@ -18,7 +18,7 @@ distance >= h = ceil(margin D / 2) (inner products <= 1 - 2h/D <= 1 - margin), t
 permutation of them, each possibly scaled by c >= margin D / (2h) (shorter queries keep the margin).
 Every query's nearest candidate is its first-half copy.
 
-Kinds (``adversarial``, cycled in batches): ``alltight`` (every other candidate exactly margin
+Kinds (``adversarial``: every batch holds equal shares of every kind): ``alltight`` (every other candidate exactly margin
 behind: the largest first-layer denominator), ``tight``, ``negative`` (t* = -1 + margin, others -1),
 ``duplicate`` (a candidate equal to the query), ``code-worst`` (the nearest candidate where the
 self-exclusion code penalises most), ``labels`` (every other label the farthest from the answer),
@@ -258,14 +258,16 @@ def _all_batch(task: Any, model: Any, B: int, kind: str, rng: np.random.Generato
 
 
 def _batches(task: Any, model: Any, count: int, seed: int, batch: int, kinds: tuple[str, ...]) -> Iterator[Batch]:
+    """Batches of ``batch`` inputs, each made of equal shares of every kind (in order)."""
     rng = np.random.default_rng(seed)
     make = _last_batch if model.task_params.get("queries") == "last" else _all_batch
-    done, i = 0, 0
+    done = 0
     while done < count:
         B = min(batch, count - done)
-        X, Y = make(task, model, B, kinds[i % len(kinds)], rng)
-        yield task.batch(model, X, Y)
-        done, i = done + B, i + 1
+        shares = [B // len(kinds) + (i < B % len(kinds)) for i in range(len(kinds))]
+        parts = [make(task, model, b, kind, rng) for kind, b in zip(kinds, shares) if b]
+        yield task.batch(model, np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts]))
+        done += B
 
 
 def sample(task: Any, model: Any, count: int, seed: int, batch: int = 256) -> Iterator[Batch]:
@@ -274,9 +276,9 @@ def sample(task: Any, model: Any, count: int, seed: int, batch: int = 256) -> It
 
 
 def adversarial(task: Any, model: Any, count: int, seed: int, batch: int = 256) -> Iterator[Batch]:
-    """``count`` inputs cycling through the adversarial kinds (module docstring), a batch per kind."""
+    """``count`` inputs of the adversarial kinds (module docstring), equal shares in every batch."""
     kinds = KINDS_LAST if model.task_params.get("queries") == "last" else KINDS_ALL
-    yield from _batches(task, model, count, seed, min(batch, max(1, count // len(kinds))), kinds)
+    yield from _batches(task, model, count, seed, batch, kinds)
 
 
 def _family_vectors(task: Any, model: Any) -> np.ndarray:

@@ -218,7 +218,10 @@ class _SparseProducts:
         rows = np.argsort(~nz, axis=0, kind="stable")[:r].T  # [m, r]: each column's nonzero rows first
         vals = np.where(np.take_along_axis(nz, rows.T, axis=0).T, np.take_along_axis(W, rows.T, axis=0).T, 0)
         g = Box(np.asarray(x.lo)[..., rows], np.asarray(x.hi)[..., rows])
-        return self._arith.sum(self._arith.mul(g, Box.point(vals.astype(W.dtype))), axis=-1)
+        prod = self._arith.mul(g, Box.point(vals.astype(W.dtype)))
+        if r == 1:  # a sum of one rounded (and saturated) product is that product
+            return Box(np.asarray(prod.lo)[..., 0], np.asarray(prod.hi)[..., 0])
+        return self._arith.sum(prod, axis=-1)
 
     def affine(self, x: Box, W: np.ndarray, b: np.ndarray) -> Box:
         b = np.asarray(b)

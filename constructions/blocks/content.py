@@ -75,9 +75,20 @@ class SignClip(Block):
         mb.b_out(layer, self.out, -np.ones(k, dtype=np.int64))
 
 
+@dataclass(frozen=True)
+class _DerivedHead(Block):
+    """A head whose queries, keys and values the local certificate derives from the weights, the
+    codes' generators and the task's precondition: it reads no views (``view_columns`` is empty)."""
+
+    kind = "head"
+
+    def view_columns(self, model: Any) -> np.ndarray:
+        return np.zeros(0, dtype=np.int64)
+
+
 @register
 @dataclass(frozen=True)
-class RetrieveNearest(Block):
+class RetrieveNearest(_DerivedHead):
     """Theorem 7's first layer (P1 App. G.2, reconstructed in docs/nearest-neighbor.md)::
 
         Q = eta x (vec) | -eta c_self gram C1 (code) | b_Q = -eta c_label
@@ -98,10 +109,6 @@ class RetrieveNearest(Block):
     c_label: Fraction
     gram: Fraction
     value_scale: int = 2
-    kind = "head"
-
-    def view_columns(self, model: Any) -> np.ndarray:
-        return np.zeros(0, dtype=np.int64)  # queries, keys and values are derived, never read from views
 
     def emit(self, mb: Any, layer: int) -> int:
         d, k1, k2 = (mb.layout[s].size for s in (self.vec, self.code, self.value))
@@ -169,7 +176,7 @@ class RetrieveNearest(Block):
 
 @register
 @dataclass(frozen=True)
-class RetrieveByMatch(Block):
+class RetrieveByMatch(_DerivedHead):
     """Associative recall's first layer (the lean MQAR construction, docs/nearest-neighbor.md)::
 
         Q = eta gram C(s) (sym) | b_Q = -eta c_label
@@ -185,10 +192,6 @@ class RetrieveByMatch(Block):
     c_label: Fraction
     gram: Fraction
     value_scale: int = 2
-    kind = "head"
-
-    def view_columns(self, model: Any) -> np.ndarray:
-        return np.zeros(0, dtype=np.int64)
 
     def emit(self, mb: Any, layer: int) -> int:
         ks, k2 = mb.layout[self.sym].size, mb.layout[self.value].size
@@ -299,12 +302,10 @@ class RetrieveByAddress(RetrieveByPosition):
         lo, hi = np.asarray(tab.lo).reshape(-1, qcols.size), np.asarray(tab.hi).reshape(-1, qcols.size)
         if not np.array_equal(lo, hi):
             raise Unproven(f"{where}: the query code at position {p} is not exact in its view", {"positions": [p]})
-        mag = np.unique(np.abs(lo.astype(object)))
-        mag = mag[mag != 0]
-        if mag.size != 1 or np.any(np.all(lo == 0, axis=1)):
+        sq = int(np.max(lo)) if lo.size else 0
+        if sq <= 0 or not np.all((lo == 0) | (lo == sq) | (lo == -sq)) or np.any(np.all(lo == 0, axis=1)):
             raise Unproven(f"{where}: the query code at position {p} is not a vector of entries in {{-s, 0, s}}",
                            {"positions": [p]})
-        sq = int(mag[0])
         code_idx = lookup.find(np.sign(lo.astype(np.int64)))  # [classes] code index, -1 if none
         if np.any(code_idx < 0):
             raise Unproven(f"{where}: a query vector at position {p} is no key code vector", {"positions": [p]})
