@@ -38,6 +38,7 @@ from exactformer.constructions.ir import CompiledModel, Param
 from exactformer.constructions.position_codes import position_codes
 from exactformer.constructions.registry import construction
 from exactformer.constructions.task import TaskError
+from exactformer.constructions.precision_search import designed_for
 from exactformer.constructions.two_layer import MODES, kc_equivalent, paper_eta, readout, resolve, smallest_eta
 from exactformer.precision import Format
 
@@ -81,7 +82,7 @@ def _build(n: int, positions: Any, eta: Any, precision: Any, max_inner: Fraction
     code, mu = code_for(n, positions, max_inner, seed, EqualityError)
     k, gram = int(code.k), Fraction(code.gram_scale)
     fmt, eta, notes = resolve(n, n, gram, mu, eta, precision, XorMLP.TOLERANCE, KEY_OFFSET, 0, EqualityError)
-    a, c, l0 = readout(fmt, n, 0)
+    a, c, l0 = readout(fmt, n, 0, notes["robust"])
 
     L = Layout()
     for name, width in (("x", 1), ("y", 1), ("m", 1), ("z", 1), ("kcode", k), ("qcode", k)):
@@ -115,7 +116,7 @@ def _build(n: int, positions: Any, eta: Any, precision: Any, max_inner: Fraction
         "eta_paper": Param(None if kc is None else round(paper_eta(n, kc), 6), "ln N + Kc ln(2N) (App. F.2)"),
         "uniform_weight": Param(a, "a = div(e(0), sat(N e(0))) under the format (= 1/N when unsaturated and on the grid)"),
         "readout_gain": Param(c, "c = largest power of two <= min(1/a, max)"),
-        "readout": Param(f"logit_INEQ = {c} z, logit_EQ = {l0}", "c*z vs c*a/2: INEQ iff z >= a iff some pair differs (margin c*a/2)"),
+        "readout": Param(f"logit_INEQ = {c} z, logit_EQ = {l0}", "c*z vs l0 (between 0 and c*min(a, 1/N)): INEQ iff some pair differs"),
         "d_model": Param(4 + 2 * k, "4 + 2k (paper: 2 + 2k; y and z get their own columns)"),
         "d_head": Param(k + 1, "k + 1 (layer 1: code plus the constant of [T, 1] / [T, -1/2])"),
         "d_mlp": Param(4, "4 ReLUs for the XOR step in layer 1"),
@@ -123,6 +124,9 @@ def _build(n: int, positions: Any, eta: Any, precision: Any, max_inner: Fraction
         "heads": Param(1, "one head per layer"),
         "precision": Param(fmt.name, notes["precision"]),
         "precision_bits": Param(bits, "bits of one number in the format (sign included)"),
+        "arithmetics": Param(designed_for(fmt, notes["robust"]), "the arithmetics the sufficient conditions were checked in "
+                             + (("(robust build" + (f"; {notes['floats_dropped']}" if "floats_dropped" in notes else "") + ")")
+                                if notes["robust"] else "(fixed-point only: eta minimal)")),
         "size_bits": Param(model.size_bits(bits), "parameters (code rows generated, not stored) x precision_bits"),
         "paper_k": Param(getattr(code, "paper_k", None), "ceil(8 ln(2N) / mu^2) (Lemma 2)"),
     }
@@ -141,8 +145,10 @@ def equality(n: int, positions: str = "auto", eta: Fraction | str | None = None,
     ----------
     n : even int in [2, 2^24]. Input length N (two halves of N/2).
     positions : auto | reed-solomon | random | onehot, or a code object with at least N vectors.
-    eta : one-hot | threshold | a number > 0. The first layer's scale: the smallest that makes every
-        row exactly one-hot (default), the smallest within the XOR MLP's tolerance, or given.
+    eta : robust | threshold | minimal | a number > 0. The first layer's scale. robust (default): the
+        smallest that makes every worst-case row exactly one-hot in the format and within the XOR
+        MLP's tolerance in exact reals, float64 and float32; threshold: within the tolerance
+        everywhere; minimal: one-hot in the format only (fixed-point only); or given.
     precision : binary:int=I,frac=F | paper:n=N,kc=K | float64. Default: the fewest-bit binary format
         that satisfies the sufficient condition.
     max_inner : the position code's largest inner product mu, in (0, 1).
@@ -160,7 +166,7 @@ def inequality(n: int, positions: str = "auto", eta: Fraction | str | None = Non
     ----------
     n : even int in [2, 2^24]. Input length N (two halves of N/2).
     positions : auto | reed-solomon | random | onehot, or a code object with at least N vectors.
-    eta : one-hot | threshold | a number > 0 (see equality).
+    eta : robust | threshold | minimal | a number > 0 (see equality).
     precision : binary:int=I,frac=F | paper:n=N,kc=K | float64 (see equality).
     max_inner : the position code's largest inner product mu, in (0, 1).
     seed : seed of a random position code.

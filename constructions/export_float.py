@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import warnings
 from fractions import Fraction
 from typing import Any
 
@@ -23,6 +24,23 @@ _CHUNK = 1 << 20  # entries per chunk when materialising an embedding
 class ExportError(ValueError):
     """The model cannot be exported as asked (a weight beyond float64, bad save() arguments, a
     layout TransformerLens cannot express)."""
+
+
+class ArithmeticWarning(UserWarning):
+    """A float export in an arithmetic the build's sufficient conditions were not checked in."""
+
+
+def warn_arithmetic(model: CompiledModel, dtype_name: str, where: str) -> None:
+    """Warn when ``model`` is exported to run in ``dtype_name`` ("float32" / "float64") but its
+    build did not check that arithmetic (``params["arithmetics"]``): the float forward pass may then
+    answer differently from the fixed-point model; ``xf.verify(m, arithmetic=...)`` decides."""
+    param = model.params.get("arithmetics")
+    checked = list(param.value) if param is not None else []
+    if dtype_name not in checked:
+        warnings.warn(f"{where}: {model.construction} was built for {', '.join(checked) or model.precision} and its "
+                      f"sufficient conditions were not checked in {dtype_name}; it may answer differently there "
+                      f"(xf.verify(m, arithmetic={dtype_name!r}) certifies or refutes it)", ArithmeticWarning,
+                      stacklevel=3)
 
 
 def _is_pow2(d: int) -> bool:

@@ -9,7 +9,7 @@ from typing import Any
 
 import torch
 
-from exactformer.constructions.export_float import ExportError, tl_config, tl_state_dict
+from exactformer.constructions.export_float import ExportError, tl_config, tl_state_dict, warn_arithmetic
 from exactformer.constructions.ir import CompiledModel
 
 LENS_HINT = "pip install 'exactformer[lens]'"
@@ -23,7 +23,9 @@ def to_transformer_lens(model: CompiledModel, dtype: Any = None, device: Any = N
     converted with ``convert_tl_checkpoint`` and loaded strictly. The native bridge divides
     attention scores by sqrt(d_head) (it refuses ``attn_scale=1`` for d_head > 1), so sqrt(d_head)
     is folded into ``W_Q`` and ``b_Q``: scores are then the construction's unscaled scores up to
-    float rounding. Embeddings are materialised in full (TransformerLens needs dense tables).
+    float rounding (the float certificates allow for it). Embeddings are materialised in full
+    (TransformerLens needs dense tables). Warns (``ArithmeticWarning``) when the build did not
+    check ``dtype``'s arithmetic.
     """
     try:  # optional dependency: the extra [lens]
         from transformer_lens.config import TransformerBridgeConfig
@@ -38,6 +40,7 @@ def to_transformer_lens(model: CompiledModel, dtype: Any = None, device: Any = N
     if cfg_d["attention_dir"] == "mixed":
         raise ExportError("TransformerLens cannot express layers that mix causal and bidirectional attention")
     dtype = torch.float64 if dtype is None else dtype
+    warn_arithmetic(model, str(dtype).removeprefix("torch."), "to_transformer_lens")
     sd = tl_state_dict(model)
     scale = math.sqrt(model.d_head)
     for l in range(model.n_layers):

@@ -9,7 +9,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from exactformer.constructions.export_float import embedding_rows_float, to_float64
+from exactformer.constructions.export_float import embedding_rows_float, to_float64, warn_arithmetic
 from exactformer.constructions.ir import CompiledModel, Embedding, check_shapes
 
 
@@ -20,9 +20,12 @@ def to_torch(model: CompiledModel, dtype: Any = None, device: Any = None) -> "Ex
     (no normalisation, no attention scaling, ReLU MLP, bidirectional unless the layer is causal).
     Weights are buffers named like TransformerLens' state dict (``blocks.0.attn.W_Q``, ...);
     embedding rows are generated for the distinct token ids and the positions of each batch, so
-    no ``n x d_model`` table is built. Move it with ``.to("cuda")`` as usual.
+    no ``n x d_model`` table is built. Move it with ``.to("cuda")`` as usual. Warns
+    (:class:`ArithmeticWarning`) when the build did not check ``dtype``'s arithmetic.
     """
-    return ExactformerTorch(model, torch.float64 if dtype is None else dtype, device)
+    dtype = torch.float64 if dtype is None else dtype
+    warn_arithmetic(model, str(dtype).removeprefix("torch."), "to_torch")
+    return ExactformerTorch(model, dtype, device)
 
 
 class _Holder(nn.Module):
@@ -92,8 +95,10 @@ class ExactformerTorch(nn.Module):
                 mask = torch.ones(T, T, dtype=torch.bool, device=x.device).triu(1)
                 s = s.masked_fill(mask, float("-inf"))
             z = torch.softmax(s, dim=-1) @ v  # [B, H, T, d_head]
-            x = x + torch.einsum("bhte,hed->btd", z, a.W_O) + a.b_O
-            x = x + torch.relu(x @ m.W_in + m.b_in) @ m.W_out + m.b_out
+            # HookedTransformer's order of operations (float certificates model exactly this order):
+            # attn_out = z W_O + b_O; resid_mid = resid_pre + attn_out; likewise the MLP
+            x = x + (torch.einsum("bhte,hed->btd", z, a.W_O) + a.b_O)
+            x = x + (torch.relu(x @ m.W_in + m.b_in) @ m.W_out + m.b_out)
         return x @ self.unembed.W_U + self.unembed.b_U
 
     def decode(self, logits) -> list[Any]:

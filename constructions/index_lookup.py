@@ -34,12 +34,11 @@ from exactformer.constructions.blocks.readout import SymbolReadout
 from exactformer.constructions.blocks.retrieve import RetrieveByPosition
 from exactformer.constructions.ir import CompiledModel, Param
 from exactformer.constructions.position_codes import position_codes
-from exactformer.constructions.precision_search import fewest_bits, smallest_grid_eta
+from exactformer.constructions.precision_search import arithmetics_for, designed_for, fewest_bits, smallest_grid_eta
 from exactformer.constructions.spec import Select
 from exactformer.constructions.registry import construction
 from exactformer.constructions.task import Batch, Domains, Task, TaskError
-from exactformer.precision import Format, parse_format
-from exactformer.precision.boxes import FixedArithmetic
+from exactformer.precision import FixedPoint, Format, parse_format
 
 THEOREM = "Thm 1 (App. C.2), Bhattamishra et al. 2024"
 MAX_ALPHABET = 1 << 16
@@ -60,10 +59,15 @@ def paper_eta(n: int) -> float:
     return 2 * math.log(3 * n)
 
 
-def retrieval_holds(fmt: Format, eta: Fraction, mu: Fraction, n: int) -> bool:
-    """The sufficient condition: the worst row of N+1 keys puts >= 3/4 on the target, <= 1/4 elsewhere."""
-    target, rest = RetrieveByPosition.worst_case(FixedArithmetic(fmt), eta, mu, n + 1)
-    return target >= 1 - BitThreshold.TOLERANCE and rest <= BitThreshold.TOLERANCE
+def retrieval_holds(fmt: Format, eta: Fraction, mu: Fraction, n: int, gram: Fraction | None = None,
+                    robust: bool = False) -> bool:
+    """The sufficient condition: the worst row of N+1 keys puts >= 3/4 on the target and <= 1/4
+    elsewhere, in the format (and, when ``robust``, in exact reals, float64 and float32 too)."""
+    for arith in arithmetics_for(fmt, robust):
+        target, rest = RetrieveByPosition.worst_case(arith, eta, mu, n + 1, gram)
+        if not (target >= 1 - BitThreshold.TOLERANCE and rest <= BitThreshold.TOLERANCE):
+            return False
+    return True
 
 
 class IndexLookupTask(Task):
@@ -198,7 +202,7 @@ def index_lookup(
     n: int,
     alphabet: int = 64,
     positions: str = "auto",
-    eta: Fraction | None = None,
+    eta: Fraction | str | None = None,
     precision: Format | str | None = None,
     max_inner: Fraction = Fraction(1, 4),
     seed: int = 0,
@@ -210,10 +214,12 @@ def index_lookup(
     n : int in [2, 2^24]. Sequence length N (the index p ranges over [1, N]).
     alphabet : int in [2, 2^16]. |Sigma|; the symbols are 0 .. alphabet-1.
     positions : auto | reed-solomon | random | onehot, or a position code object with n >= N.
-    eta : attention scale > 0 (eta/k on the format's grid). Default: the smallest that satisfies
-        the sufficient condition in the chosen precision.
+    eta : robust | minimal | a number > 0 (eta/k on the format's grid). robust (default): the
+        smallest eta for which the sufficient condition holds in the format and in exact reals,
+        float64 and float32 (the model is right wherever it runs); minimal: the smallest for the
+        format alone (fixed-point only: it relies on weights rounding to 0).
     precision : a format: binary:int=I,frac=F | paper:n=N,kc=K | float64. Default: the binary
-        format with the fewest bits that satisfies the sufficient condition.
+        format with the fewest bits in which the chosen eta exists.
     max_inner : the position code's largest inner product mu, in (0, 1).
     seed : seed of a random position code.
 
@@ -231,7 +237,7 @@ def index_lookup(
     k, gram = int(code.k), Fraction(code.gram_scale)
     mu = Fraction(code.bound if code.bound is not None else (code.certificate or code.certify()).max_inner)
     m = symbol_bits(S)
-    fmt, eta, formulas = _precision_and_eta(n, gram, mu, m, eta, precision)
+    fmt, eta, formulas, robust = _precision_and_eta(n, gram, mu, m, eta, precision)
 
     L = Layout()
     for name, width in (("rho", m), ("qcode", k), ("pcode", k), ("bits", m)):
@@ -256,6 +262,8 @@ def index_lookup(
             "d_model": Param(2 * m + 2 * k, "2m + 2k"),
             "precision": Param(fmt.name, formulas["precision"]),
             "precision_bits": Param(getattr(fmt, "bits", 64), "bits of one number in the format"),
+            "arithmetics": Param(designed_for(fmt, robust), "the arithmetics the sufficient condition was checked in "
+                                 + ("(robust build)" if robust else "(fixed-point only: eta minimal)")),
             "paper_k": Param(getattr(code, "paper_k", None), "ceil(8 ln(2N) / mu^2) (Lemma 2)"),
         })
     model.code = code  # type: ignore[attr-defined]
@@ -264,21 +272,29 @@ def index_lookup(
     return model
 
 
-def _precision_and_eta(n: int, gram: Fraction, mu: Fraction, m: int, eta: Any, precision: Any) -> tuple[Format, Fraction, dict]:
+def _precision_and_eta(n: int, gram: Fraction, mu: Fraction, m: int, eta: Any, precision: Any) -> tuple[Format, Fraction, dict, bool]:
+    robust = True
+    if isinstance(eta, str):
+        if eta not in ("robust", "minimal"):
+            raise IndexLookupError(f"eta must be 'robust', 'minimal' or a number > 0, got {eta!r}")
+        robust, eta = eta == "robust", None
+
     def fits(fmt: Format, e: Fraction) -> bool:  # every weight and range bound representable
         return all(fmt.represents(v) for v in (e, e * gram, Fraction(2), Fraction(-3, 2), Fraction(2 * m), Fraction(-2 * m)))
 
     def best_eta(fmt: Format) -> Fraction | None:
-        e = smallest_grid_eta(fmt, fmt.step / gram, lambda x: retrieval_holds(fmt, x, mu, n))
+        e = smallest_grid_eta(fmt, fmt.step / gram, lambda x: retrieval_holds(fmt, x, mu, n, gram, robust))
         return e if e is not None and fits(fmt, e) else None
 
     formulas = {"eta": "smallest grid value (multiple of step/gram) with target weight >= 3/4 and rest <= 1/4 "
-                       "in the worst row the code's mu allows", "precision": "given"}
+                       "in the worst row the code's mu allows, in " + ("the format, exact reals, float64 and float32"
+                                                                      if robust else "the format only (minimal)"),
+                "precision": "given"}
     if isinstance(precision, str):
         precision = parse_format(precision)
     if precision is None:
         precision, auto = fewest_bits(best_eta, max_bits=48, err=IndexLookupError)
-        formulas["precision"] = "fewest-bit binary format satisfying the sufficient condition (ties: smallest eta)"
+        formulas["precision"] = "fewest-bit binary format in which that eta exists (ties: smallest eta)"
     else:
         auto = best_eta(precision) if precision.is_exact else None
     if eta is not None:
@@ -286,10 +302,11 @@ def _precision_and_eta(n: int, gram: Fraction, mu: Fraction, m: int, eta: Any, p
         if eta <= 0:
             raise IndexLookupError(f"eta must be > 0, got {eta}")
         formulas["eta"] = "given"
-        return precision, eta, formulas
+        return precision, eta, formulas, robust
     if not precision.is_exact:
-        formulas["eta"] = "ceil(4 * 2 ln(3N)) / 4 (float format: the paper's sufficient scale)"
-        return precision, Fraction(math.ceil(paper_eta(n) * 4), 4), formulas
+        e = smallest_grid_eta(FixedPoint.binary(16, 16), Fraction(1, 4), lambda x: retrieval_holds(precision, x, mu, n, gram, True))
+        formulas["eta"] = "smallest multiple of 1/4 with the sufficient condition in exact reals, float64 and float32"
+        return precision, e if e is not None else Fraction(math.ceil(paper_eta(n) * 4), 4), formulas, True
     if auto is None:
         try:
             best, e = fewest_bits(best_eta, max_bits=48, err=IndexLookupError)
@@ -298,5 +315,4 @@ def _precision_and_eta(n: int, gram: Fraction, mu: Fraction, m: int, eta: Any, p
             hint = "no binary format up to 48 bits works"
         raise IndexLookupError(f"precision {precision.name}: no representable eta satisfies the sufficient condition "
                                f"for n={n}, mu={mu}; {hint}")
-    return precision, auto, formulas
-
+    return precision, auto, formulas, robust

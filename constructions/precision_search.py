@@ -16,6 +16,36 @@ from fractions import Fraction
 from typing import Any, Callable
 
 from exactformer.precision import FixedPoint, Format
+from exactformer.precision.boxes import Arithmetic, FixedArithmetic, FloatArithmetic
+
+#: the arithmetics a robust build is designed for besides its fixed-point format
+FLOAT_ARITHMETICS = ("real", "float64", "float32")
+_FLOATS = {name: FloatArithmetic(None if name == "real" else name) for name in FLOAT_ARITHMETICS}
+
+
+def float_set(robust: bool | tuple[str, ...]) -> tuple[str, ...]:
+    """The float arithmetics a build is checked in: True -> all of FLOAT_ARITHMETICS, False -> none,
+    or a sub-tuple of them (a robust build that had to drop float32, say)."""
+    if isinstance(robust, bool):
+        return FLOAT_ARITHMETICS if robust else ()
+    return tuple(a for a in FLOAT_ARITHMETICS if a in robust)
+
+
+def arithmetics_for(fmt: Format, robust: bool | tuple[str, ...]) -> list[Arithmetic]:
+    """The fixed-point format's arithmetic, then the float and real ones of ``robust`` (see
+    :func:`float_set`; a float format is always checked in all of them)."""
+    out: list[Arithmetic] = [FixedArithmetic(fmt)] if fmt.is_exact else []
+    return out + [_FLOATS[n] for n in (float_set(robust) if fmt.is_exact else FLOAT_ARITHMETICS)]
+
+
+def designed_for(fmt: Format, robust: bool | tuple[str, ...]) -> list[str]:
+    """Names of the arithmetics a build's sufficient conditions were checked in."""
+    return ([fmt.name] if fmt.is_exact else []) + list(float_set(robust) if fmt.is_exact else FLOAT_ARITHMETICS)
+
+
+def float_arithmetic(name: str) -> FloatArithmetic:
+    """The :class:`FloatArithmetic` of a name in FLOAT_ARITHMETICS."""
+    return _FLOATS[name]
 
 
 def smallest_grid_eta(fmt: Format, unit: Fraction, holds: Callable[[Fraction], bool],

@@ -43,6 +43,7 @@ from exactformer.constructions.equality import code_for, etas_by_mode
 from exactformer.constructions.ir import CompiledModel, Param
 from exactformer.constructions.position_codes import CodeView
 from exactformer.constructions.registry import construction
+from exactformer.constructions.precision_search import designed_for
 from exactformer.constructions.two_layer import kc_equivalent, paper_eta, readout, resolve
 from exactformer.precision import Format
 
@@ -130,7 +131,7 @@ def _build(n: int, features: Sequence[Any], b: int | None, g: Any, k: int | None
     r, gram = int(code.k), Fraction(code.gram_scale)
     tol = Fraction(1, 2 * max(1, max([t[0] for t in types], default=1)))
     fmt, eta, notes = resolve(n, T, gram, mu, eta, precision, tol, Fraction(0), b, ThresholdError)
-    a, c, l0 = readout(fmt, T, b)
+    a, c, l0 = readout(fmt, T, b, notes["robust"])
     G = len(types)
 
     L = Layout()
@@ -181,7 +182,7 @@ def _build(n: int, features: Sequence[Any], b: int | None, g: Any, k: int | None
         "eta_paper": Param(None if kc is None else round(paper_eta(T, kc), 6), "ln N + Kc ln(2N) (App. F.2, N -> N+1)"),
         "uniform_weight": Param(a, "a = div(e(0), sat((N+1) e(0))) under the format"),
         "readout_gain": Param(c, "c = largest power of two <= min(1/a, max)"),
-        "readout": Param(f"logit_1 = {c} z, logit_0 = (2b+1) c a / 2 = {l0}", "answer 1 iff S = z/a >= b + 1 (margin c a / 2)"),
+        "readout": Param(f"logit_1 = {c} z, logit_0 = {l0}", "l0 between c b a and c (b+1) a for the format's a (and 1/(N+1) when robust): answer 1 iff S >= b + 1"),
         "d_model": Param(model.d_model, "3 + k + r(k + 1) + (G if G >= 2 else 0)"),
         "d_head": Param(r, "r (layer 1); 1 (layer 2)"),
         "d_mlp": Param(model.blocks[0].mlp.d_mlp, "2 * sum over types of #{u : g(u) = 1}"),
@@ -189,6 +190,9 @@ def _build(n: int, features: Sequence[Any], b: int | None, g: Any, k: int | None
         "heads": Param(k, "k heads in layer 1, one in layer 2"),
         "precision": Param(fmt.name, notes["precision"]),
         "precision_bits": Param(bits, "bits of one number in the format (sign included)"),
+        "arithmetics": Param(designed_for(fmt, notes["robust"]), "the arithmetics the sufficient conditions were checked in "
+                             + (("(robust build" + (f"; {notes['floats_dropped']}" if "floats_dropped" in notes else "") + ")")
+                                if notes["robust"] else "(fixed-point only: eta minimal)")),
         "size_bits": Param(model.size_bits(bits), "parameters (code rows generated, not stored) x precision_bits"),
         "paper_k": Param(getattr(code, "paper_k", None), "ceil(8 ln(2(N+1)) / mu^2) (Lemma 2)"),
     }
@@ -219,7 +223,7 @@ def threshold_features(n: int, features: list | None = None, b: int | None = Non
         features that carry none.
     k : int in [1, 8]. The sparsity bound (= heads). Default max |I_j|.
     positions : auto | reed-solomon | random | onehot.
-    eta : one-hot | threshold | a number > 0 (see equality).
+    eta : robust | threshold | minimal | a number > 0 (see equality).
     precision : binary:int=I,frac=F | paper:n=N,kc=K | float64. Default: fewest-bit binary format.
     max_inner : the position code's largest inner product mu, in (0, 1).
     seed : seed of a random position code.
@@ -251,7 +255,7 @@ def disjointness(n: int, positions: str = "auto", eta: Fraction | str | None = N
     ----------
     n : even int in [2, 2^22]. Input length N.
     positions : auto | reed-solomon | random | onehot.
-    eta : one-hot | threshold | a number > 0.
+    eta : robust | threshold | minimal | a number > 0 (see equality).
     precision : binary:int=I,frac=F | paper:n=N,kc=K | float64. Default: fewest-bit binary format.
     max_inner : the position code's largest inner product mu, in (0, 1).
     seed : seed of a random position code.
@@ -288,7 +292,7 @@ def k_dnf(n: int, terms: list | None = None, k: int | None = None, clause_seed: 
     k : int in [1, 8]. The largest term. Default: the longest term.
     clause_seed : seed of the default random terms.
     positions : auto | reed-solomon | random | onehot.
-    eta : one-hot | threshold | a number > 0.
+    eta : robust | threshold | minimal | a number > 0 (see equality).
     precision : binary:int=I,frac=F | paper:n=N,kc=K | float64.
     max_inner : the position code's largest inner product mu, in (0, 1).
     seed : seed of a random position code.
@@ -310,7 +314,7 @@ def k_cnf(n: int, clauses: list | None = None, k: int | None = None, clause_seed
     k : int in [1, 8]. The largest clause. Default: the longest clause.
     clause_seed : seed of the default random clauses.
     positions : auto | reed-solomon | random | onehot.
-    eta : one-hot | threshold | a number > 0.
+    eta : robust | threshold | minimal | a number > 0 (see equality).
     precision : binary:int=I,frac=F | paper:n=N,kc=K | float64.
     max_inner : the position code's largest inner product mu, in (0, 1).
     seed : seed of a random position code.

@@ -41,15 +41,17 @@ def value_tables(ctx: CertContext, state: State, hw: dict, where: str) -> dict[s
 
 
 def _z(arith: Any, w_t: Box, val: Box, w_l: Box, counts: np.ndarray, hull: Box) -> Box:
-    """sat(mul(w_t, value) + sum_l counts_l * mul(w_l, any value)) for one row class.
+    """The head output for one row class: w_t * value + sum_l counts_l * (w_l * any value), the
+    products rounded and the sum taken as the forward pass takes it (``arith.sum``).
     ``val``: [..., dv]; w_t scalar box; w_l, counts [L]; hull [dv]."""
-    main = arith.mul(Box(np.asarray(w_t.lo)[..., None], np.asarray(w_t.hi)[..., None]), val)
+    main = arith.mul(Box(np.asarray(w_t.lo)[..., None], np.asarray(w_t.hi)[..., None]), val)  # [..., dv]
     stray = arith.mul(Box(np.asarray(w_l.lo)[:, None], np.asarray(w_l.hi)[:, None]), hull)  # [L, dv]
-    slo = (np.asarray(stray.lo).astype(object) * counts[:, None]).sum(axis=0)
-    shi = (np.asarray(stray.hi).astype(object) * counts[:, None]).sum(axis=0)
-    lo = arith.saturate(np.asarray(main.lo).astype(object) + slo)
-    hi = arith.saturate(np.asarray(main.hi).astype(object) + shi)
-    return Box(lo, hi)
+    lead = np.shape(main.lo)[:-1]
+    L, dv = np.shape(stray.lo)
+    terms_lo = np.concatenate([np.asarray(main.lo)[..., None, :], np.broadcast_to(stray.lo, lead + (L, dv))], axis=-2)
+    terms_hi = np.concatenate([np.asarray(main.hi)[..., None, :], np.broadcast_to(stray.hi, lead + (L, dv))], axis=-2)
+    c = np.concatenate([[1], np.asarray(counts)]).reshape((L + 1, 1))
+    return arith.sum(Box(terms_lo, terms_hi), axis=-2, counts=c)
 
 
 def import_target(ctx: CertContext, state: State, need: np.ndarray, q_t: np.ndarray, q_u: np.ndarray,

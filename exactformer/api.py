@@ -32,7 +32,7 @@ from exactformer.precision import Format, parse_format
 from exactformer.verify.executor import RunResult, run
 from exactformer.verify.forward import Cache, forward_with_cache
 from exactformer.verify.mpc_check import MPCModel
-from exactformer.verify.verifier import Report
+from exactformer.verify.verifier import Report, certified_arithmetics
 from exactformer.verify.verifier import verify as _verify
 
 
@@ -96,7 +96,7 @@ class Model:
         return _verify(self.compiled, mode=mode, **kwargs)
 
     def save(self, out_dir: str | Path, **kwargs: Any) -> Path:
-        return _save(self.compiled, out_dir, **kwargs)
+        return save(self, out_dir, **kwargs)
 
     def to_torch(self, dtype: Any = None, device: Any = None):
         return _to_torch(self.compiled, dtype=dtype, device=device)
@@ -135,8 +135,17 @@ def load(path: str | Path) -> Model:
     return Model(_load(path))
 
 
-def save(model: Model | CompiledModel, out_dir: str | Path, **kwargs: Any) -> Path:
-    return _save(getattr(model, "compiled", model), out_dir, **kwargs)
+def save(model: Model | CompiledModel, out_dir: str | Path, certify: bool = True, **kwargs: Any) -> Path:
+    """Write ``model`` to ``out_dir`` (see :func:`exactformer.constructions.export.save` for
+    ``dense`` / ``materialize_limit``). ``certify`` (default True) certifies it in its fixed-point
+    format, float64 and float32 first and records the outcome as the manifest's
+    ``certified_arithmetics``; False records nothing."""
+    compiled = getattr(model, "compiled", model)
+    if not isinstance(certify, bool):
+        raise ValueError(f"certify must be True or False, got {certify!r}")
+    if certify and "certified_arithmetics" not in kwargs:
+        kwargs["certified_arithmetics"] = certified_arithmetics(compiled)
+    return _save(compiled, out_dir, **kwargs)
 
 
 def constructions() -> dict[str, str]:

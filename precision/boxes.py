@@ -230,8 +230,261 @@ class FixedArithmetic(Arithmetic):
         w_l = Box(np.where(present, w_l.lo, 0), np.where(present, w_l.hi, 0))
         return w_t, w_l
 
-    def uniform_weight(self, T: int) -> int:
+    def uniform_weight(self, T: int) -> Box:
         """The weight every key gets in a row of T equal logits: div(e(0), sat(T e(0)))."""
         e0 = self._arr(self.fmt.exp(np.zeros(1, dtype=np.int64)))
         Z = self.saturate(np.array([int(e0[0]) * T], dtype=object))
-        return int(self._arr(self.fmt.div(e0, Z))[0])
+        w = self.array(self._arr(self.fmt.div(e0, Z))[0])
+        return Box(w, w)
+
+    def code_logits(self, P: Box, I: np.ndarray, c: Box, k: int, n_dims: int) -> Box:
+        """Logits of a head whose k code dims each contribute +-P (or 0) and whose bias-only dims
+        contribute c in total, for integer code inner products I: exactly sat(P * I + c)."""
+        v = self.saturate(int(np.asarray(P.lo)) * np.asarray(I).astype(object) + int(np.asarray(c.lo)))
+        v = self.array(v)
+        return Box(v, v)
+
+
+# ================================================================================================
+# floating point and exact reals
+# ================================================================================================
+
+#: torch's elementwise exp is within this many units in the last place of e^x (CUDA expf: 2 ulp,
+#: CUDA C++ Programming Guide, "Mathematical Functions"; glibc exp/expf: 1 ulp, glibc manual
+#: "Known Maximum Errors in Math Functions"; PyTorch's vectorised CPU kernels use SLEEF's u10
+#: functions, 1.0 ulp). Certificates assume twice the largest documented bound; tests/test_float_arithmetics.py
+#: measures torch's exp against exact values on many arguments.
+EXP_ULPS = 4
+
+
+class FloatArithmetic(Arithmetic):
+    """Enclosures of what an IEEE forward pass computes (``dtype`` "float32" or "float64", as torch
+    runs the exported model), or of the exact real forward pass (``dtype=None``).
+
+    Values are float64 arrays; every operation returns a box containing the computed result for
+    every input in the operand boxes, whatever the summation order and whether or not products are
+    fused: a single rounding is monotone, so ``fl(op(a, b))`` lies in
+    ``[RD(min op), RU(max op)]`` (RD/RU: rounding down/up to the dtype's grid); a dot product or sum
+    of n terms satisfies ``|fl(sum) - sum| <= gamma_n * sum |terms|`` with ``gamma_n = n u / (1 - n u)``
+    for any order (Higham, *Accuracy and Stability of Numerical Algorithms*, 2nd ed., Thm 3.1 and
+    §3.1), and also ``<= (1 + 2 gamma_n) * (sum |terms| - max |term|)`` (each rounded addition of
+    two floats errs by at most the smaller operand; see :meth:`sum`), and exp is within :data:`EXP_ULPS` ulps. The real values themselves are enclosed by
+    computing in float64 with the same bounds (u = 2^-53). Weights are the values torch uses: the
+    correctly rounded float64 of the exact weight, then cast to the dtype (``dtype=None``: the exact
+    weight, enclosed with a relative slack of 2^-53 when it is not a float64 value)."""
+
+    exact = False
+
+    def __init__(self, dtype: str | None):
+        if dtype not in ("float32", "float64", None):
+            raise ValueError(f"dtype must be 'float32', 'float64' or None (exact reals), got {dtype!r}")
+        self.dtype = dtype
+        self.name = dtype or "real"
+        self.u = {"float32": 2.0**-24, "float64": 2.0**-53, None: 0.0}[dtype]
+        self.u64 = 2.0**-53
+        self.tiny = {"float32": 2.0**-149, "float64": 2.0**-1074, None: 0.0}[dtype]
+        self.min_raw, self.max_raw = -np.inf, np.inf
+        self.wide = False
+        self.slack = 0.0  # relative enclosure error of the weights (reals: 2^-53 when any is inexact)
+
+    # ---- values --------------------------------------------------------------------------------
+    def _cast(self, x: np.ndarray) -> np.ndarray:
+        return np.asarray(x, dtype=np.float32).astype(np.float64) if self.dtype == "float32" else np.asarray(x, np.float64)
+
+    def weight(self, num: np.ndarray, den: int) -> np.ndarray:
+        num = np.asarray(num)
+        uniq, inv = np.unique(num, return_inverse=True)
+        exact = [Fraction(int(v), int(den)) for v in uniq]
+        w64 = np.array([float(f) for f in exact], dtype=np.float64)
+        if self.dtype is None and any(Fraction(float(f)) != f for f in exact):
+            self.slack = 2.0**-53
+        return self._cast(w64)[inv.reshape(-1)].reshape(num.shape)
+
+    def const(self, v: Fraction) -> float:
+        return float(self._cast(np.array([float(Fraction(v))]))[0])
+
+    def to_fraction(self, x: Any) -> Any:
+        arr = np.asarray(x, dtype=np.float64)
+        if arr.ndim == 0:
+            return Fraction(float(arr))
+        return np.array([Fraction(float(v)) for v in arr.reshape(-1)], dtype=object).reshape(arr.shape)
+
+    def one(self) -> float:
+        return 1.0
+
+    def array(self, values: Any) -> np.ndarray:
+        return np.asarray(values, dtype=np.float64)
+
+    def saturate(self, x: np.ndarray) -> np.ndarray:
+        return np.asarray(x, dtype=np.float64)
+
+    # ---- rounding --------------------------------------------------------------------------------
+    def _down(self, x: np.ndarray) -> np.ndarray:
+        """A value <= every rounding of the real numbers >= x (x a float64 lower bound)."""
+        x = np.asarray(x, dtype=np.float64)
+        if self.dtype == "float32":
+            f = x.astype(np.float32)
+            f = np.where(f.astype(np.float64) > x, np.nextafter(f, np.float32(-np.inf)), f)
+            return f.astype(np.float64)
+        return x
+
+    def _up(self, x: np.ndarray) -> np.ndarray:
+        x = np.asarray(x, dtype=np.float64)
+        if self.dtype == "float32":
+            f = x.astype(np.float32)
+            f = np.where(f.astype(np.float64) < x, np.nextafter(f, np.float32(np.inf)), f)
+            return f.astype(np.float64)
+        return x
+
+    def _out(self, lo: np.ndarray, hi: np.ndarray, zero: Any = False) -> Box:
+        """A box around one rounded operation whose exact result lies in [lo, hi] (lo, hi computed
+        in float64 with round-to-nearest: widened by one float64 ulp first). Where ``zero`` (a mask)
+        the result is known to be exactly 0 (an operation with an exact-zero operand: x * 0, x + 0
+        and a sum of zeros are exact in IEEE arithmetic) and is returned as the point 0."""
+        lo = np.nextafter(np.asarray(lo, np.float64), -np.inf)
+        hi = np.nextafter(np.asarray(hi, np.float64), np.inf)
+        lo, hi = self._down(lo), self._up(hi)
+        if np.any(zero):
+            lo, hi = np.where(zero, 0.0, lo), np.where(zero, 0.0, hi)
+        return Box(lo, hi)
+
+    @staticmethod
+    def _is_zero(a: Box) -> np.ndarray:
+        """Where the box is exactly the point 0."""
+        return (np.asarray(a.lo) == 0) & (np.asarray(a.hi) == 0)
+
+    def _gamma(self, n: Any, u: float) -> Any:
+        n = np.asarray(n, dtype=np.float64)
+        return n * u / np.maximum(1.0 - n * u, 1e-300)
+
+    # ---- box operations ------------------------------------------------------------------------
+    def add(self, a: Box, b: Box) -> Box:
+        za, zb = self._is_zero(a), self._is_zero(b)
+        out = self._out(np.asarray(a.lo) + np.asarray(b.lo), np.asarray(a.hi) + np.asarray(b.hi), za & zb)
+        if not (np.any(za) or np.any(zb)):
+            return out
+        # x + 0 = x exactly: keep the other operand's box (itself an enclosure of a dtype value)
+        lo = np.where(zb, np.asarray(a.lo), np.where(za, np.asarray(b.lo), out.lo))
+        hi = np.where(zb, np.asarray(a.hi), np.where(za, np.asarray(b.hi), out.hi))
+        return Box(lo, hi)
+
+    def sub(self, a: Box, b: Box) -> Box:
+        return self._out(np.asarray(a.lo) - np.asarray(b.hi), np.asarray(a.hi) - np.asarray(b.lo))
+
+    def relu(self, a: Box) -> Box:
+        return Box(np.maximum(a.lo, 0.0), np.maximum(a.hi, 0.0))
+
+    def _corners(self, a: Box, b: Box, op) -> tuple[np.ndarray, np.ndarray]:
+        c = [op(np.asarray(x, np.float64), np.asarray(y, np.float64)) for x in (a.lo, a.hi) for y in (b.lo, b.hi)]
+        return np.minimum(np.minimum(c[0], c[1]), np.minimum(c[2], c[3])), np.maximum(np.maximum(c[0], c[1]), np.maximum(c[2], c[3]))
+
+    def mul(self, a: Box, b: Box) -> Box:
+        lo, hi = self._corners(a, b, np.multiply)
+        if self.slack:
+            m = np.maximum(np.abs(lo), np.abs(hi)) * self.slack
+            lo, hi = lo - m, hi + m
+        return self._out(lo, hi, self._is_zero(a) | self._is_zero(b))
+
+    def div(self, a: Box, b: Box) -> Box:
+        if np.any(np.asarray(b.lo) <= 0):
+            raise ValueError("div: divisor boxes must be positive")
+        lo, hi = self._corners(a, b, np.divide)
+        return self._out(lo, hi)
+
+    def exp(self, a: Box) -> Box:
+        rel = (2 ** (EXP_ULPS + 1)) * max(self.u, self.u64) if self.dtype else 4 * self.u64
+        lo = np.exp(np.asarray(a.lo, np.float64)) * (1 - rel)
+        hi = np.exp(np.asarray(a.hi, np.float64)) * (1 + rel)
+        return Box(self._down(np.maximum(lo - self.tiny, 0.0)), self._up(hi + self.tiny))
+
+    def sum(self, terms: Box, axis: int = -1, counts: np.ndarray | None = None) -> Box:
+        """A sum of (already rounded) terms, each taken ``counts`` times, in any order: the exact
+        sum's enclosure widened by gamma_n * sum |terms|, n the number of terms that are not exactly
+        0 (adding an exact 0 is exact, so only the other terms' additions round; a sum of zeros is 0)."""
+        lo, hi = np.asarray(terms.lo, np.float64), np.asarray(terms.hi, np.float64)
+        c = np.ones(1) if counts is None else np.asarray(counts, dtype=np.float64)
+        shape = np.broadcast_shapes(lo.shape, c.shape)
+        lo, hi, c = np.broadcast_to(lo, shape), np.broadcast_to(hi, shape), np.broadcast_to(c, shape)
+        mag_j = np.maximum(np.abs(lo), np.abs(hi))
+        n = np.sum(c * (mag_j > 0), axis=axis)
+        slo, shi = np.sum(lo * c, axis=axis), np.sum(hi * c, axis=axis)
+        mag = np.sum(mag_j * c, axis=axis)
+        # every rounded addition fl(A + B) of floats is within min(u |A + B|, |A|, |B|) of A + B (A and B
+        # are floats themselves); along the path of the largest term each error is at most its side
+        # branch's magnitude, elsewhere u times its result: the error is also <= (1 + 2 gamma_n) times
+        # the sum of the terms other than the largest (a softmax normaliser 1 + tiny terms: ~ the tiny sum)
+        least = np.where(lo > 0, lo, np.where(hi < 0, -hi, 0.0))
+        big = np.max(np.where(c > 0, least, 0.0), axis=axis)
+        g = self._gamma(n, self.u)
+        rounding = np.minimum(g * mag, (1 + 2 * g) * np.maximum(mag - big, 0.0))
+        err = rounding + self._gamma(n + 1, self.u64) * mag + n * self.tiny
+        return self._out(slo - err, shi + err, n == 0)
+
+    def matmul(self, x: Box, W: np.ndarray) -> Box:
+        W = np.asarray(W, dtype=np.float64)
+        n, m = W.shape
+        lead = x.shape[:-1]
+        if n == 0:
+            z = np.zeros(lead + (m,))
+            return Box(z, z)
+        rows = np.flatnonzero(np.any(W != 0, axis=1))
+        if rows.size == 0:
+            z = np.zeros(lead + (m,))
+            return Box(z, z)
+        lo, hi = np.asarray(x.lo)[..., rows, None], np.asarray(x.hi)[..., rows, None]
+        p = self.mul(Box(lo, hi), Box.point(W[rows]))
+        return self.sum(p, axis=-2, counts=None)
+
+    def affine(self, x: Box, W: np.ndarray, b: np.ndarray) -> Box:
+        b = np.asarray(b, dtype=np.float64)
+        return self.add(self.matmul(x, W), Box(b, b))
+
+    # ---- attention rows --------------------------------------------------------------------------
+    def row_weights(self, target: Box, levels: Box, counts: np.ndarray) -> tuple[Box, Box]:
+        """As :meth:`FixedArithmetic.row_weights`, for torch's softmax: m = max (the target),
+        e_j = exp(l_j - m) rounded, Z = sum e (any order), w_j = e_j / Z rounded."""
+        counts = np.asarray(counts)
+        present = counts > 0
+        if np.any(present & ~(np.asarray(target.lo)[:, None] > np.asarray(levels.hi))):
+            raise ValueError("row_weights: the target is not the strict maximum of every row")
+        d = self.sub(levels, Box(np.asarray(target.hi)[:, None], np.asarray(target.lo)[:, None]))
+        d = Box(np.minimum(d.lo, 0.0), np.minimum(d.hi, 0.0))  # l_j - m <= 0 and it rounds to <= 0
+        e = self.exp(d)
+        e = Box(np.where(present, e.lo, 0.0), np.where(present, e.hi, 0.0))
+        one = np.ones(counts.shape[0])
+        terms = Box(np.concatenate([one[:, None], e.lo], axis=1), np.concatenate([one[:, None], e.hi], axis=1))
+        Z = self.sum(terms, axis=1, counts=np.concatenate([one[:, None], counts], axis=1))
+        # torch divides by Z, or multiplies by a rounded 1/Z (its vectorised CPU kernel): two roundings
+        r = self.div(Box(one, one), Z)
+        w_t = self.mul(Box(one, one), r)
+        w_l = self.mul(e, Box(np.asarray(r.lo)[:, None], np.asarray(r.hi)[:, None]))
+        return Box(np.minimum(w_t.lo, 1.0), np.minimum(w_t.hi, 1.0)), Box(np.where(present, w_l.lo, 0.0), np.where(present, w_l.hi, 0.0))
+
+    def uniform_weight(self, T: int) -> Box:
+        """A row of T equal logits: e = exp(0) = 1, Z = T (exact while T < 2^24 for float32), w = 1/T."""
+        return self.div(Box.point(np.array(1.0)), Box.point(np.array(float(T))))
+
+    def code_logits(self, P: Box, I: np.ndarray, c: Box, k: int, n_dims: int) -> Box:
+        """Logits sum_d q_d k_d over n_dims head dims, k of which contribute +-P and the rest c in
+        total: the real value P * I + c, and the rounding of a dot product of n_dims terms, plus 4u
+        relative for TransformerLens' bridge (it multiplies W_Q by sqrt(d_head), rounded, and divides
+        the scores by it again)."""
+        I = np.asarray(I, dtype=np.float64)
+        lo, hi = self._corners(Box(P.lo, P.hi), Box(I, I), np.multiply)
+        mag = k * max(abs(float(np.asarray(P.lo))), abs(float(np.asarray(P.hi)))) + \
+            max(abs(float(np.asarray(c.lo))), abs(float(np.asarray(c.hi))))
+        err = (self._gamma(n_dims, self.u) + self._gamma(n_dims + 2, self.u64) + 4 * self.u) * mag + n_dims * self.tiny
+        return self._out(lo + float(np.asarray(c.lo)) - err, hi + float(np.asarray(c.hi)) + err)
+
+
+def arithmetic(name: str, fmt: Format | None = None) -> Arithmetic:
+    """"fixed" (the fixed-point format ``fmt``), "real", "float64" or "float32"."""
+    if name == "fixed":
+        if fmt is None or not fmt.is_exact:
+            raise ValueError("the fixed arithmetic needs a fixed-point format")
+        return FixedArithmetic(fmt)
+    if name in ("float32", "float64"):
+        return FloatArithmetic(name)
+    if name == "real":
+        return FloatArithmetic(None)
+    raise ValueError(f"arithmetic must be one of fixed, real, float64, float32; got {name!r}")

@@ -625,7 +625,7 @@ class FixedPoint(Format):
             raise PrecisionError("softmax: the softmax axis has length 0")
         R = math.prod(shape[:-1])
         X2 = xp.reshape(xp.contiguous(X), (R, T))
-        S, lo, hi = self.scale, self.min_raw, self.max_raw
+        S, hi = self.scale, self.max_raw
         e_max = min(S, hi)
         if self._obj:
             out = np.empty((R, T), dtype=object)

@@ -234,11 +234,9 @@ def test_mutant_perturbed_mlp_weight(unit, delta):
     _reject(m.replace_weight("blocks.0.mlp.b_in", ExactTensor(num, b.den)), fmt)
 
 
-@pytest.mark.xfail(strict=True, reason="UniformAverage.certify_head supports at most two value boxes: with m in "
-                   "{0, 1, 2} certify says 'unproven: blocks.1.attn head 0: the averaged values take 3 distinct "
-                   "boxes (at most 2 are supported)' (the old certificate proved it)")
 def test_harmless_perturbation_is_proved():
-    """b_in[2]: -1/2 -> 0 makes m = 2 on one kind of mismatch: still correct, and proved."""
+    """b_in[2]: -1/2 -> 0 makes m = 2 on one kind of mismatch: still correct, and proved (the
+    uniform average splits the values {0, 1, 2} into {0} and {1, 2})."""
     m = inequality(10, positions=rs(10))
     fmt = parse_format(m.precision)
     b = m.blocks[0].mlp.b_in

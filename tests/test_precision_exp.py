@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from exactformer.precision import FixedPoint, _exp, parse_format
+from exactformer.precision import _exp, parse_format
 from exactformer.precision.reference import Grid, exp_round
 
 # Found by scanning random inputs: float64 exp(x/S) lies within one ulp of a grid point k/S, and the

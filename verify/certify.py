@@ -39,8 +39,8 @@ from exactformer.constructions.blocks.mlp import mlp_image
 from exactformer.constructions.ir import CompiledModel, IRError
 from exactformer.constructions.views import Box, Group, State, initial_groups, unique_rows
 from exactformer.constructions.views_ops import join_views
-from exactformer.precision import Format
-from exactformer.precision.boxes import FixedArithmetic
+from exactformer.precision import Float32, Float64, Format
+from exactformer.precision.boxes import arithmetic as make_arithmetic
 
 CANDIDATES = 2048  # inputs the counterexample search runs when a proof step fails
 
@@ -58,14 +58,16 @@ class CertificateResult:
 
 def certify(model: CompiledModel, fmt: Format, task: Any, device: str = "cpu",
             run_candidates: Callable[[CompiledModel, Any], dict | None] | None = None,
-            progress: Callable[[str], None] | None = None) -> CertificateResult:
-    """Prove ``model`` computes ``task`` on every input under ``fmt``, or say why not."""
+            progress: Callable[[str], None] | None = None, arithmetic: str | None = None) -> CertificateResult:
+    """Prove ``model`` computes ``task`` on every input, or say why not. ``arithmetic``: "fixed"
+    (the fixed-point format ``fmt``, the default for fixed-point formats), "real", "float64" or
+    "float32" (what torch computes with the exported weights; see precision/boxes.py)."""
     t0 = time.perf_counter()
     details: dict[str, Any] = {}
+    arithmetic = arithmetic or ("fixed" if fmt.is_exact else fmt.name)
+    details["arithmetic"] = arithmetic if arithmetic != "fixed" else fmt.name
     try:
-        if not fmt.is_exact:
-            raise Unproven(f"no certificate for {fmt.name} arithmetic yet (fixed-point formats only)")
-        margin = _prove(model, fmt, task, device, details, progress or (lambda s: None))
+        margin = _prove(model, fmt, task, device, details, progress or (lambda s: None), arithmetic)
         return CertificateResult(True, True, "proved for all inputs", margin, None, _public(details),
                                  time.perf_counter() - t0)
     except Unproven as e:
@@ -93,9 +95,11 @@ def _public(details: dict) -> dict:
 # ------------------------------------------------------------------------------------------------
 
 
-def _prove(model: CompiledModel, fmt: Format, task: Any, device: str, details: dict, progress) -> Fraction:
-    arith = FixedArithmetic(fmt)
+def _prove(model: CompiledModel, fmt: Format, task: Any, device: str, details: dict, progress,
+           arithmetic: str) -> Fraction:
+    arith = make_arithmetic(arithmetic, fmt)
     W = {name: _weight(arith, t) for name, t in model.tensors().items()}
+    read_fmt = fmt if arithmetic == "fixed" else (Float32 if arithmetic == "float32" else Float64)
     T = task.length(model)
     if T > model.n_ctx:
         raise Unproven(f"the task's inputs have {T} tokens but the model's context is {model.n_ctx}")
@@ -109,7 +113,12 @@ def _prove(model: CompiledModel, fmt: Format, task: Any, device: str, details: d
     if model.vector_input is not None and np.any(np.isin(tracked, np.asarray(model.vector_input.cols))):
         raise Unproven("a view would hold input-vector columns; only blocks that bound the vectors themselves "
                        "(through the task's precondition) may read them")
-    E, P = model.embed.raw_reader(fmt), model.pos_embed.raw_reader(fmt)
+    E, P = model.embed.raw_reader(read_fmt), model.pos_embed.raw_reader(read_fmt)
+    if arithmetic == "real":
+        for emb in (model.embed, model.pos_embed):
+            vals = emb.table.distinct_values() + [b.scale for b in emb.blocks]
+            if any(Fraction(float(v)) != v for v in vals):
+                raise Unproven("the real-arithmetic certificate needs embedding entries that are float64 values")
     state = State(initial_groups(arith, E, P, domains, np.arange(T), tracked), tracked)
     nL = len(model.blocks)
     needs = _needed_positions(W, ctx.written, answer_pos, T, nL)
@@ -335,7 +344,7 @@ def _readout(ctx: CertContext, state: State, task: Any) -> Fraction:
         best = np.argmax(lo, axis=-1)
         ohi = np.where(np.arange(V) == best[..., None], arith.min_raw - 1, hi).max(axis=-1)
         mg = np.take_along_axis(lo, best[..., None], axis=-1)[..., 0] - ohi
-        mn = int(np.min(mg)) if mg.size else 0
+        mn = np.min(mg) if mg.size else 0
         if mn <= 0:
             bad = np.argwhere(mg <= 0)[0]
             raise Unproven(f"at position {int(g.pos[0])} the answer is not determined for view assignment "

@@ -31,7 +31,8 @@ from exactformer.constructions.ir import CompiledModel
 from exactformer.verify.cli_options import OptionError, builder_kwargs, command, construction_options, parse_int
 from exactformer.verify.cli_output import EXIT_BAD_INPUT, EXIT_FAILED, Steps, fail, print_json, print_table, report_error
 from exactformer.verify.precision_scan import find_min_precision
-from exactformer.verify.verifier import COUNTS_MEANING, EXHAUSTIVE_LIMIT, MODES, Report, VerifyError
+from exactformer.verify.verifier import (ARITHMETICS, COUNTS_MEANING, EXHAUSTIVE_LIMIT, MODES, Report, VerifyError,
+                                         certified_arithmetics)
 from exactformer.verify.verifier import verify as run_verify
 
 DEFAULT_N = 4096  # verify all
@@ -198,6 +199,11 @@ _VERIFY_OPTIONS = [
                                              help="--mode sample: seed of the random inputs (the adversarial ones use "
                                                   "seed + 1). Default: 0.")),
     _opt("device", str, typer.Option("cpu", "--device", metavar="DEVICE", help="cpu | cuda: where the executor runs")),
+    _opt("arithmetic", Optional[str], typer.Option(
+        None, "--arithmetic", metavar="ARITH", show_default=False,
+        help=f"{' | '.join(ARITHMETICS)}: fixed (the default) runs the exact executor in the model's fixed-point "
+             "format; float32 / float64 check the exported torch forward pass (certify: rigorous float error bounds), "
+             "real the exact real-number forward pass")),
     _JSON,
 ]
 _FIND_MIN = [
@@ -220,8 +226,12 @@ _DIR_HELP = "Verify the model saved in this directory (by `exactformer build`), 
 
 
 def _verify_args(kw: dict[str, Any]) -> tuple[str, int, int, str, bool]:
-    """(mode, samples, seed, device, json) from the verification options, refusing what does not apply."""
+    """(mode, samples, seed, device, json) from the verification options, refusing what does not apply;
+    ``kw["arithmetic"]`` is checked and left in ``kw``."""
     as_json = kw["json"]
+    kw["arithmetic"] = kw.get("arithmetic") or "fixed"
+    if kw["arithmetic"] not in ARITHMETICS:
+        fail(f"--arithmetic must be one of {' | '.join(ARITHMETICS)}, got {kw['arithmetic']!r}", as_json)
     mode = kw["mode"] or "certify"
     if mode not in MODES:
         fail(f"--mode must be one of {' | '.join(MODES)}, got {mode!r}", as_json)
@@ -273,18 +283,23 @@ def _build(name: str, kw: dict[str, Any]) -> None:
         if not isinstance(model, CompiledModel):  # an EMA program (P2 Thm 4.1): no weights to write
             fail(f"{name} builds an EMA program, which has no weight files; run it with `exactformer verify {name}` "
                  f"or xf.build({name!r}, ...)", as_json)
+        steps.step(f"certify {name} n={model.n} in {model.precision}, float64 and float32 (for the manifest)")
+        certified = certified_arithmetics(model)
         steps.step(f"write {out}")
         try:
-            path = save(model, out, dense=not compact)
+            path = save(model, out, dense=not compact, certified_arithmetics=certified)
         except (ValueError, OSError) as e:
             fail(f"--out {str(out)!r}: {e}", as_json)
-    summary = model.summary() | {"out": str(path), "files": sorted(p.name for p in path.iterdir() if p.is_file())}
+    summary = model.summary() | {"out": str(path), "files": sorted(p.name for p in path.iterdir() if p.is_file()),
+                                 "certified_arithmetics": certified}
     if as_json:
         print_json(summary)
         return
     rows = [[k, summary[k], ""] for k in ("n", "layers", "heads", "d_model", "d_head", "d_mlp", "width", "parameters",
                                           "precision")]
     rows += [[k, p["value"], p["formula"]] for k, p in summary["params"].items()]
+    rows.append(["certified in", ", ".join(certified["certified"]) or "none",
+                 "not certified: " + (", ".join(certified["not_certified"]) or "none")])
     rows.append(["out", summary["out"], ", ".join(summary["files"])])
     print_table(f"{summary['construction']} ({summary['theorem']})", ["quantity", "value", "formula"], rows)
 
@@ -294,15 +309,16 @@ def _build(name: str, kw: dict[str, Any]) -> None:
 # ------------------------------------------------------------------------------------------------
 
 
-def _run(model: CompiledModel, mode: str, samples: int, seed: int, device: str, as_json: bool, steps: Steps) -> Report:
+def _run(model: CompiledModel, mode: str, samples: int, seed: int, device: str, as_json: bool, steps: Steps,
+         arithmetic: str = "fixed") -> Report:
     """Verify with progress: certificate steps, or a bar over the inputs."""
-    what = f"{mode} {model.construction} n={model.n}"
+    what = f"{mode} {model.construction} n={model.n}" + ("" if arithmetic == "fixed" else f" in {arithmetic}")
     steps.step(what)
     total = registry.task_of(model).count(model) if mode == "exhaustive" else 2 * samples
     progress = steps.bar(total, "inputs") if mode != "certify" else None
     try:
         return run_verify(model, mode=mode, samples=samples, seed=seed, device=device, progress=progress,
-                          phase=lambda name: steps.step(f"{what}: {name}"))
+                          phase=lambda name: steps.step(f"{what}: {name}"), arithmetic=arithmetic)
     except VerifyError as e:
         fail(str(e), as_json)
 
@@ -319,6 +335,9 @@ def _verify_named(name: str, kw: dict[str, Any]) -> None:
             fail(f"--scan must be binary or paper, got {scan!r}", as_json)
     elif scan is not None:
         fail("--scan: only with --find-min-precision", as_json)
+    arithmetic = kw.pop("arithmetic")
+    if find and arithmetic != "fixed":
+        fail("--arithmetic: --find-min-precision scans fixed-point formats only", as_json)
     for o in ("mode", "samples", "seed", "device", "json"):
         kw.pop(o)
     with Steps(lines=not as_json) as steps:
@@ -327,7 +346,7 @@ def _verify_named(name: str, kw: dict[str, Any]) -> None:
             steps.step(f"scan {scan} precisions of {name} n={model.n}")
             scanned = _find_min(name, model, kwargs, scan, device)
         else:
-            report = _run(model, mode, samples, seed, device, as_json, steps)
+            report = _run(model, mode, samples, seed, device, as_json, steps, arithmetic)
     if find:
         _emit_scan(scanned, as_json)
     else:
@@ -342,7 +361,7 @@ def _verify_dir(path: str, kw: dict[str, Any]) -> None:
             model = load(path)
         except (ManifestError, ValueError, OSError) as e:
             fail(f"{path}: {e}", as_json)
-        report = _run(model, mode, samples, seed, device, as_json, steps)
+        report = _run(model, mode, samples, seed, device, as_json, steps, kw["arithmetic"])
     _emit_report(report, as_json)
 
 
@@ -413,11 +432,14 @@ def _verify_all(kw: dict[str, Any]) -> None:
             models.append(model)
         done = steps.overall(len(models), "constructions")
         for name, model in zip(names, models):
-            report, note = _run(model, mode, samples, seed, device, as_json, steps), None
+            arithmetic, note = kw["arithmetic"], None
+            if not isinstance(model, CompiledModel) and arithmetic != "fixed":
+                arithmetic, note = "fixed", f"an EMA program has no float forward pass: checked in exact arithmetic, not {arithmetic}"
+            report = _run(model, mode, samples, seed, device, as_json, steps, arithmetic)
             if mode == "certify" and not report.passed and report.counterexample is None:
                 # no certificate for this model (and no counterexample): evidence by sampling, said so
                 note = f"no certificate ({report.reason}); sampled instead"
-                report = _run(model, "sample", samples, seed, device, as_json, steps)
+                report = _run(model, "sample", samples, seed, device, as_json, steps, arithmetic)
             rows.append((name, report, note))
             if done:
                 done(1)

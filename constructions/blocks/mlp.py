@@ -30,7 +30,7 @@ import numpy as np
 
 from exactformer.constructions.blocks.base import Block, register
 from exactformer.constructions.views import unique_rows
-from exactformer.precision.boxes import Arithmetic, Box
+from exactformer.precision.boxes import Arithmetic, Box, FloatArithmetic
 
 
 @register
@@ -126,33 +126,99 @@ def mlp_image(arith: Arithmetic, x: Box, W_in: np.ndarray, b_in: np.ndarray, W_o
     box ``x`` [..., n] (see the module docstring). W_in [n, U], W_out [U, m]."""
     pre = arith.affine(x, W_in, b_in)
     out = arith.affine(arith.relu(pre), W_out, b_out)
-    if x.is_point() or not getattr(arith, "exact", False):
+    if x.is_point():
         return out
     lo, hi = np.array(out.lo, copy=True), np.array(out.hi, copy=True)
-    cols_u = [np.flatnonzero(W_out[:, c]) for c in range(W_out.shape[1])]
-    _, group = unique_rows(np.asarray(W_in).T)
+    # units whose input weights are +- one vector read one pre-activation P (or -P)
+    Wt = np.asarray(W_in).T
+    first = np.array([row[np.flatnonzero(row)[0]] if np.any(row) else 1 for row in Wt])
+    sign = np.where(np.asarray(first > 0), 1, -1)
+    _, group = unique_rows(Wt * sign[:, None])
+    exact = getattr(arith, "exact", False)
     S = arith.const(Fraction(1))
-    for c, units in enumerate(cols_u):
-        if units.size == 0 or np.unique(group[units]).size != 1 or np.any(W_out[units, c] % S != 0):
+    for c in range(W_out.shape[1]):
+        units = np.flatnonzero(W_out[:, c])
+        if units.size == 0:
             continue
-        g_units = np.flatnonzero(group == group[units[0]])
-        P = arith.matmul(x, W_in[:, g_units[:1]])  # [..., 1] shared pre-activation sum (no bias)
-        r = _univariate_range(arith, P, b_in[units], W_out[units, c], b_out[c])
-        lo[..., c], hi[..., c] = r.lo, r.hi
+        parts = []
+        for g in np.unique(group[units]):
+            gu = units[group[units] == g]
+            w_vec = Wt[gu[0]] * sign[gu[0]]
+            if exact and (np.any(W_out[gu, c] % S != 0) or (np.any(sign[gu] < 0) and np.any(w_vec % S != 0))):
+                parts = None  # -P, or the products, would round: no exact refinement
+                break
+            parts.append((w_vec, gu))
+        if parts is None:
+            continue
+        r = (_exact_column if exact else _float_column)(arith, x, parts, sign, b_in, W_out[:, c], b_out[c])
+        lo[..., c], hi[..., c] = np.maximum(r.lo, lo[..., c]), np.minimum(r.hi, hi[..., c])
     return Box(lo, hi)
 
 
-def _univariate_range(arith: Any, P: Box, b: np.ndarray, w: np.ndarray, b_out: int) -> Box:
-    """Exact range of f(P) = add(sum_u mul(relu(add(P, b_u)), w_u), b_out) over integer P in
-    [P.lo, P.hi] (per entry), for w_u exact multiples of the scale: f is piecewise linear in P
-    with kinks at -b_u and where add(P, b_u) saturates, so the extremes lie at the ends and kinks."""
-    Plo, Phi = np.asarray(P.lo)[..., 0], np.asarray(P.hi)[..., 0]
-    kinks = np.unique(np.concatenate([-b, arith.max_raw - b, arith.min_raw - b]).astype(object))
-    cands = [Plo, Phi] + [np.clip(np.full(Plo.shape, int(k), dtype=object), Plo, Phi) for k in kinks]
-    C = np.stack([np.asarray(c, dtype=Plo.dtype if not getattr(arith, "wide", False) else object) for c in cands], axis=-1)
-    pre = arith.add(Box.point(C[..., None]), Box.point(np.asarray(b)))  # [..., n_cand, U]
-    h = arith.relu(pre)
-    prod = arith.mul(h, Box.point(np.asarray(w)))
-    s = arith.sum(prod, axis=-1)
-    f = arith.add(s, Box.point(np.asarray(b_out)))
-    return Box(np.min(f.lo, axis=-1), np.max(f.hi, axis=-1))
+def _pl_candidates(Plo: np.ndarray, Phi: np.ndarray, kinks: np.ndarray, dtype: Any) -> np.ndarray:
+    """Every point where a piecewise linear function of P on [Plo, Phi] can have an extreme:
+    the ends and the kinks inside (clipped to the interval)."""
+    cands = [Plo, Phi] + [np.clip(np.full(np.shape(Plo), k, dtype=dtype), Plo, Phi) for k in kinks]
+    return np.stack([np.asarray(c, dtype=dtype) for c in cands], axis=-1)
+
+
+def _exact_column(arith: Any, x: Box, parts: list, sign: np.ndarray, b_in: np.ndarray, w_out: np.ndarray,
+                  b_out: Any) -> Box:
+    """Fixed point: column = add(sat(sum_u mul(relu(add(s_u P_g, b_u)), w_u)), b_out) with exact
+    products (w_u multiples of the scale): each group's part is a piecewise linear function of its
+    P_g (kinks where a pre-activation crosses 0 or saturates), exact at its ends and kinks; the
+    parts of different groups add (each part's extremes are attained independently of the other
+    groups' only when the groups read disjoint inputs, so the sum of ranges is sound, not always
+    tight)."""
+    wide = getattr(arith, "wide", False)
+    tot_lo = tot_hi = 0
+    for w_vec, gu in parts:
+        P = arith.matmul(x, np.asarray(w_vec)[:, None])
+        Plo, Phi = np.asarray(P.lo)[..., 0], np.asarray(P.hi)[..., 0]
+        s_, b = sign[gu], np.asarray(b_in)[gu]
+        kinks = np.unique(np.concatenate([-s_ * b, s_ * (arith.max_raw - b), s_ * (arith.min_raw - b)]).astype(object))
+        C = _pl_candidates(Plo, Phi, kinks, object if wide else Plo.dtype)
+        pre = arith.add(Box.point(C[..., None] * s_), Box.point(b))  # [..., n_cand, units]
+        prod = arith.mul(arith.relu(pre), Box.point(np.asarray(w_out)[gu]))
+        part = np.sum(np.asarray(prod.lo).astype(object), axis=-1)  # exact, unsaturated
+        tot_lo = tot_lo + np.min(part, axis=-1)
+        tot_hi = tot_hi + np.max(part, axis=-1)
+    b = Box.point(arith.array(b_out))
+    return arith.add(Box(arith.saturate(tot_lo), arith.saturate(tot_hi)), b)
+
+
+def _float_column(arith: Any, x: Box, parts: list, sign: np.ndarray, b_in: np.ndarray, w_out: np.ndarray,
+                  b_out: float) -> Box:
+    """Float and real arithmetics: each group's units read +- the same real dot product
+    P*_g = x . w_g (each computed separately, so each within e_P of it); the real part
+    sum_u w_u relu(s_u P + b_u) is piecewise linear with kinks at -s_u b_u, so its range over P*_g's
+    real range lies at the ends and kinks; the computed column differs from the real one by at most
+    E = sum_u |w_u| (e_P + u |P + b_u|)(1 + gamma_U) + gamma_U sum_u |w_u| |P + b_u| + u (|f| + |b_out|)."""
+    real = FloatArithmetic(None)
+    u = max(arith.u, arith.u64)
+    n = np.asarray(x.lo).shape[-1]
+    f_lo = f_hi = 0.0
+    err = 0.0
+    all_units = 0
+    mags = []
+    for w_vec, gu in parts:
+        prods = real.mul(Box(np.asarray(x.lo)[..., :, None], np.asarray(x.hi)[..., :, None]),
+                         Box.point(np.asarray(w_vec, dtype=np.float64)[:, None]))
+        P = real.sum(prods, axis=-2)
+        e_P = (arith._gamma(n, arith.u) if arith.u else 0.0) * np.sum(np.maximum(np.abs(prods.lo), np.abs(prods.hi)), axis=-2)[..., 0]
+        Plo, Phi = np.asarray(P.lo)[..., 0], np.asarray(P.hi)[..., 0]
+        sg = sign[gu].astype(np.float64)
+        b = np.asarray(b_in, dtype=np.float64)[gu]
+        w = np.asarray(w_out, dtype=np.float64)[gu]
+        C = _pl_candidates(Plo, Phi, -sg * b, np.float64)
+        f = np.sum(np.maximum(C[..., None] * sg + b, 0.0) * w, axis=-1)
+        f_lo, f_hi = f_lo + np.min(f, axis=-1), f_hi + np.max(f, axis=-1)
+        pmax = np.maximum(np.abs(Plo), np.abs(Phi))[..., None] + np.abs(b)
+        err = err + np.sum(np.abs(w) * (e_P[..., None] + u * pmax), axis=-1)
+        mags.append(np.sum(np.abs(w) * pmax, axis=-1))
+        all_units += len(gu)
+    g = arith._gamma(all_units + 1, u)
+    mag = sum(mags)
+    fmax = np.maximum(np.abs(f_lo), np.abs(f_hi))
+    E = err * (1 + g) + g * mag + u * (fmax + abs(float(b_out))) + 4 * np.spacing(fmax + 1.0) + all_units * arith.tiny
+    return Box(f_lo + float(b_out) - E, f_hi + float(b_out) + E)

@@ -47,7 +47,6 @@ from exactformer.constructions.blocks.base import Block, CertContext, Unproven, 
 from exactformer.constructions.code_products import CodeWorkError, histograms, pair_inner, resolve, same_generator
 from exactformer.constructions.views import Box, Group, State, unique_rows
 from exactformer.constructions.views_ops import import_target, value_tables
-from exactformer.precision.boxes import FixedArithmetic
 
 
 @register
@@ -87,13 +86,24 @@ class RetrieveByPosition(Block):
 
     # ---- the sufficient condition (builder side) ---------------------------------------------------
     @staticmethod
-    def worst_case(arith: FixedArithmetic, eta: Fraction, mu: Fraction, n_keys: int) -> tuple[Fraction, Fraction]:
+    def worst_case(arith: Any, eta: Fraction, mu: Fraction, n_keys: int, gram: Fraction | None = None,
+                   offset: Fraction = Fraction(0)) -> tuple[Fraction, Fraction]:
         """(lower bound on the target weight, upper bound on the other keys' total weight) for any
-        row of ``n_keys`` keys whose target logit is eta and every other logit at most eta * mu
-        (exact grid values when eta * gram is one)."""
-        t = Box.point(arith.array([arith.const(eta)]))
-        lv = Box.point(arith.array([[arith.const(eta * mu)]]))
-        if not t.lo[0] > lv.hi[0, 0]:
+        row of ``n_keys`` keys whose target logit is eta and every other logit at most eta * mu,
+        in ``arith``: exact grid values in fixed point (eta * gram on the grid); in float and real
+        arithmetics the logits' enclosures of :meth:`code_logits` (k = 1/gram code dims and the
+        per-row constant eta * offset in the dot product)."""
+        if arith.exact:
+            t = Box.point(arith.array([arith.const(eta)]))
+            lv = Box.point(arith.array([[arith.const(eta * mu)]]))
+        else:
+            g = Fraction(gram) if gram is not None else Fraction(1)
+            k = int(round(1 / g))
+            P = arith.mul(Box.point(arith.array(arith.const(eta * g))), Box.point(arith.array(1.0)))
+            c = Box.point(arith.array(arith.const(eta * offset)))
+            both = arith.code_logits(P, np.array([k, mu * k], dtype=np.float64), c, k, k + (1 if offset else 0))
+            t, lv = both[0:1], Box(np.asarray(both.lo)[None, 1:2], np.asarray(both.hi)[None, 1:2])
+        if not np.asarray(t.lo)[0] > np.asarray(lv.hi)[0, 0]:
             return Fraction(0), Fraction(1)
         w_t, w_l = arith.row_weights(t, lv, np.array([[n_keys - 1]]))
         return Fraction(arith.to_fraction(w_t.lo[0])), (n_keys - 1) * Fraction(arith.to_fraction(w_l.hi[0, 0]))
@@ -106,12 +116,12 @@ class RetrieveByPosition(Block):
         qcols, kcols = ctx.slot(self.query), ctx.slot(self.key)
         if ctx.written and np.any(ctx.written[layer][np.concatenate([qcols, kcols])]):
             raise Unproven(f"{where}: an earlier layer writes into the query or key code columns")
-        alpha, beta, const = _logit_form(ctx, hw, qcols, kcols, where)
+        alpha, beta, const, n_dims = _logit_form(ctx, hw, qcols, kcols, where)
         gens: list[Any] = []
         keys = _CodeSource(ctx, kcols, "key", gens).keys(ctx.T)
         queries = _CodeSource(ctx, qcols, "query", gens).queries(need, ctx.domains)
         P = _unit(ctx, alpha, beta, queries.scale, keys.scale, where)
-        rows = _rows(ctx, P, const, gens, queries, keys, where)
+        rows = _rows(ctx, P, const, n_dims, gens, queries, keys, where)
         arith = ctx.arith
         ctx.details.setdefault("heads", []).append({
             "layer": layer, "head": head, "block": type(self).__name__, "row_classes": int(rows.w_t.lo.size),
@@ -129,18 +139,19 @@ class RetrieveByPosition(Block):
 # ------------------------------------------------------------------------------------------------
 
 
-def _logit_form(ctx: CertContext, hw: dict, qcols: np.ndarray, kcols: np.ndarray, where: str) -> tuple[int, int, int]:
-    """Checks the head's Q/K dims; returns (alpha, beta, c): the raw W_Q and W_K entries of the code
-    dims and the exact sum of the bias-only dims' products."""
+def _logit_form(ctx: CertContext, hw: dict, qcols: np.ndarray, kcols: np.ndarray, where: str) -> tuple[Any, Any, Box, int]:
+    """Checks the head's Q/K dims; returns (alpha, beta, c, dims): the W_Q and W_K entries of the
+    code dims, the box of the bias-only dims' summed products, and the number of contributing dims."""
     W_Q, W_K, b_Q, b_K = hw["W_Q"], hw["W_K"], hw["b_Q"], hw["b_K"]
     k = qcols.size
     if kcols.size != k:
         raise Unproven(f"{where}: query slot width {k} != key slot width {kcols.size}")
-    coords, const, alpha, beta = [], 0, None, None
+    arith = ctx.arith
+    coords, bias_terms, alpha, beta = [], [], None, None
     for d in range(W_Q.shape[1]):
         qr, kr = np.flatnonzero(W_Q[:, d]), np.flatnonzero(W_K[:, d])
         if qr.size == 0 and kr.size == 0:
-            const += int(ctx.arith.mul(Box.point(b_Q[d]), Box.point(b_K[d])).lo)
+            bias_terms.append(arith.mul(Box.point(arith.array(b_Q[d])), Box.point(arith.array(b_K[d]))))
             continue
         if (qr.size == 0 and b_Q[d] == 0) or (kr.size == 0 and b_K[d] == 0):
             continue  # one side is identically 0: the dim adds products that are exactly 0
@@ -150,14 +161,18 @@ def _logit_form(ctx: CertContext, hw: dict, qcols: np.ndarray, kcols: np.ndarray
         iq, ik = np.flatnonzero(qcols == qr[0]), np.flatnonzero(kcols == kr[0])
         if iq.size != 1 or ik.size != 1 or iq[0] != ik[0]:
             raise Unproven(f"{where}: head dim {d} does not pair query-code coordinate i with key-code coordinate i")
-        a, b = int(W_Q[qr[0], d]), int(W_K[kr[0], d])
+        a, b = W_Q[qr[0], d], W_K[kr[0], d]
         if (alpha is not None and a != alpha) or (beta is not None and b != beta):
             raise Unproven(f"{where}: the code dims have different scales")
         alpha, beta = a, b
         coords.append(int(iq[0]))
     if sorted(coords) != list(range(k)):
         raise Unproven(f"{where}: the head pairs {len(coords)} of the {k} code coordinates")
-    return int(alpha), int(beta), const
+    if bias_terms:
+        const = arith.sum(Box(np.stack([np.asarray(t.lo) for t in bias_terms]), np.stack([np.asarray(t.hi) for t in bias_terms])), axis=0)
+    else:
+        const = Box.point(arith.array(0))
+    return alpha, beta, const, k + len(bias_terms)
 
 
 @dataclass
@@ -239,18 +254,23 @@ class _CodeSource:
         return _Side(np.where(gp >= 0, gp, gt), np.where(gp >= 0, ip, it), self._scale(sp | st), t, u)
 
 
-def _unit(ctx: CertContext, alpha: int, beta: int, sq: int, sk: int, where: str) -> int:
-    """P: the logit of one unit of code inner product, with every sign combination checked."""
+def _unit(ctx: CertContext, alpha: Any, beta: Any, sq: Any, sk: Any, where: str) -> Box:
+    """P: the product q_d k_d of two code dims whose code entries agree in sign (the opposite
+    signs give -P, zero entries 0). In fixed point every sign combination is checked (floor
+    rounding is not symmetric in general); IEEE rounding is symmetric."""
     arith = ctx.arith
     A = arith.array
-    qv = arith.mul(Box.point(A([sq, -sq])), Box.point(A([alpha, alpha]))).lo
-    kv = arith.mul(Box.point(A([sk, -sk])), Box.point(A([beta, beta]))).lo
-    if qv[0] != -qv[1] or kv[0] != -kv[1]:
-        raise Unproven(f"{where}: the projections of +- code entries are not symmetric")
-    pr = arith.mul(Box.point(A([qv[0], qv[0], qv[1], qv[1]])), Box.point(A([kv[0], kv[1], kv[0], kv[1]]))).lo
-    if not (pr[0] == pr[3] == -pr[1] == -pr[2]):
-        raise Unproven(f"{where}: products of +- projected code entries are not symmetric")
-    return int(pr[0])
+    qv = arith.mul(Box.point(A([sq, -sq])), Box.point(A([alpha, alpha])))
+    kv = arith.mul(Box.point(A([sk, -sk])), Box.point(A([beta, beta])))
+    if arith.exact:
+        q, k_ = qv.lo, kv.lo
+        if q[0] != -q[1] or k_[0] != -k_[1]:
+            raise Unproven(f"{where}: the projections of +- code entries are not symmetric")
+        pr = arith.mul(Box.point(A([q[0], q[0], q[1], q[1]])), Box.point(A([k_[0], k_[1], k_[0], k_[1]]))).lo
+        if not (pr[0] == pr[3] == -pr[1] == -pr[2]):
+            raise Unproven(f"{where}: products of +- projected code entries are not symmetric")
+        return Box.point(A(pr[0]))
+    return arith.mul(qv[0:1], kv[0:1])[0]
 
 
 # ------------------------------------------------------------------------------------------------
@@ -268,7 +288,7 @@ class _RowsOut:
     method: str
 
 
-def _rows(ctx: CertContext, P: int, const: int, gens: list[Any], q: _Side, k: _Side, where: str) -> _RowsOut:
+def _rows(ctx: CertContext, P: Box, const: Box, n_dims: int, gens: list[Any], q: _Side, k: _Side, where: str) -> _RowsOut:
     arith = ctx.arith
     kg = np.unique(k.gen[k.gen >= 0])
     if kg.size != 1:
@@ -304,14 +324,15 @@ def _rows(ctx: CertContext, P: int, const: int, gens: list[Any], q: _Side, k: _S
     target = np.where(has & ~dup, kposs[at], -1)
     I_t = np.full(uq.size, np.iinfo(np.int64).min, dtype=np.int64)
     I_t[target >= 0] = pair_inner(kgen, uq[target >= 0], kgen, uq[target >= 0])
-    logit = np.asarray(arith.saturate(P * lv.astype(object) + const), dtype=object)  # [L]
+    logit = arith.code_logits(P, lv, const, int(kgen.k), n_dims)  # [L] boxes
     t_level = np.searchsorted(lv, I_t)
     others = hist.copy()
     ok = target >= 0
     others[np.flatnonzero(ok), t_level[ok]] -= 1
-    sentinel = arith.min_raw - 1  # below every logit
-    other_max = np.where(others > 0, logit[None, :], sentinel).max(axis=1)
-    above = ok & np.asarray(logit[np.minimum(t_level, lv.size - 1)] > other_max, dtype=bool)
+    lo_t = np.asarray(logit.lo)[np.minimum(t_level, lv.size - 1)]
+    other_max = np.where(others > 0, np.asarray(logit.hi)[None, :], arith.min_raw - 1).max(axis=1) if others.size else \
+        np.full(uq.size, arith.min_raw - 1)
+    above = ok & np.asarray(lo_t > other_max, dtype=bool)
     bad = np.flatnonzero(~above)
     if bad.size:
         t0 = int(q.t[np.flatnonzero(qinv == bad[0])[0]])
@@ -321,6 +342,6 @@ def _rows(ctx: CertContext, P: int, const: int, gens: list[Any], q: _Side, k: _S
     key = np.concatenate([others, t_level[:, None]], axis=1)
     ukey, cls_of_uq = unique_rows(key)
     counts, tl = ukey[:, :-1], ukey[:, -1]
-    w_t, w_l = arith.row_weights(Box.point(arith.array(logit[tl])),
-                                 Box.point(arith.array(np.broadcast_to(logit[None, :], counts.shape))), counts)
+    w_t, w_l = arith.row_weights(logit[tl], Box(np.broadcast_to(np.asarray(logit.lo)[None, :], counts.shape),
+                                                 np.broadcast_to(np.asarray(logit.hi)[None, :], counts.shape)), counts)
     return _RowsOut(target[qinv], cls_of_uq.reshape(-1)[qinv], w_t, w_l, counts, method)

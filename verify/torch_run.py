@@ -1,0 +1,61 @@
+"""Running a model as users run it: the exported float forward pass in torch.
+
+:func:`run_torch` gives the same :class:`~exactformer.verify.executor.RunResult` as the exact
+executor, computed by :func:`exactformer.constructions.export.to_torch` in float32 or float64 (the
+module the float certificates describe, HookedTransformer's order of operations). Modules are kept
+per (model content fingerprint, dtype).
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections import OrderedDict
+
+import numpy as np
+import torch
+
+from exactformer.constructions.export import to_torch
+from exactformer.constructions.export_float import ArithmeticWarning
+from exactformer.constructions.ir import CompiledModel
+from exactformer.verify.executor import RunResult, decode_logits
+
+DTYPES = {"float32": torch.float32, "float64": torch.float64}
+MEMORY_BUDGET = 1 << 30  # bytes of attention scores held at once; batches are sized to it
+_MODULES: "OrderedDict[tuple, torch.nn.Module]" = OrderedDict()
+
+
+def run_torch(model: CompiledModel, tokens: np.ndarray, dtype: str = "float64") -> RunResult:
+    """Logits at the answer positions [B, A, V] (float64 values of the dtype's results).
+
+    The dense forward pass holds a [batch, heads, T, T] score tensor; batches are sized so that it
+    stays under MEMORY_BUDGET, and an input too long for one (a ValueError) is refused, not run."""
+    if dtype not in DTYPES:
+        raise ValueError(f"dtype must be one of {sorted(DTYPES)}, got {dtype!r}")
+    tokens = np.asarray(tokens, dtype=np.int64)
+    if tokens.ndim == 1:
+        tokens = tokens[None]
+    T = tokens.shape[1]
+    heads = max([b.attn.n_heads for b in model.blocks] + [1])
+    per_input = 3 * heads * T * T * DTYPES[dtype].itemsize  # scores, pattern and a temporary
+    if per_input > MEMORY_BUDGET:
+        raise ValueError(f"an input of length {T} needs {per_input >> 20} MiB of attention scores in the dense "
+                         f"torch forward pass (budget {MEMORY_BUDGET >> 20} MiB)")
+    batch_size = max(1, min(64, MEMORY_BUDGET // per_input))
+    key = (model.fingerprint(), dtype)
+    module = _MODULES.get(key)
+    if module is None:
+        with warnings.catch_warnings():  # the arithmetic warning is for users; running it here is the check
+            warnings.simplefilter("ignore", ArithmeticWarning)
+            module = to_torch(model, dtype=DTYPES[dtype])
+        _MODULES[key] = module
+        while len(_MODULES) > 4:
+            _MODULES.popitem(last=False)
+    pos = model.answer_positions_for(tokens.shape[1])
+    parts = []
+    with torch.no_grad():
+        for s in range(0, len(tokens), batch_size):
+            out = module(torch.as_tensor(tokens[s : s + batch_size]))
+            parts.append(out[:, torch.as_tensor(pos)].double().numpy())
+    logits = np.concatenate(parts) if parts else np.zeros((0, pos.size, len(model.answers)))
+    answers, margin = decode_logits(model, logits)
+    return RunResult(logits, answers, margin, {})
