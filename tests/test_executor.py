@@ -19,10 +19,12 @@ import sys
 import numpy as np
 import pytest
 
+import exactformer as xf
 import exactformer.verify.executor as executor
 from exactformer.constructions.equality import equality, inequality
 from exactformer.constructions.index_lookup import index_lookup
 from exactformer.constructions.ir import ExactTensor
+from exactformer.constructions import registry
 from exactformer.constructions.registry import task_of
 from exactformer.constructions.thresholds import disjointness, k_cnf
 from exactformer.precision import FixedPoint, parse_format
@@ -50,7 +52,28 @@ def _constructions():
         yield name, m, encode(m, rng.integers(0, 2, (12, 8)))
 
 
-CONSTRUCTIONS = list(_constructions())
+#: small builds of every registered weight construction (EMA programs have their own state tests)
+SMALL = {"index-lookup": dict(n=16, alphabet=4), "nearest-neighbor": dict(n=8), "mqar": dict(n=8), "match2": dict(n=8)}
+
+
+def _registered_inputs(name: str, seed: int = 0):
+    """The build of ``name`` at a small n and 12 inputs: sampled and the task's adversarial ones."""
+    m = xf.build(name, **SMALL.get(name, dict(n=8))).compiled
+    task = task_of(m)
+    batches = list(task.sample(m, 6, seed)) + list(task.adversarial(m, 6, seed + 1))
+    return m, batches
+
+
+def _registered():
+    for name in registry.names():
+        if not isinstance(xf.build(name, **SMALL.get(name, dict(n=8))), xf.Model):
+            continue
+        m, batches = _registered_inputs(name)
+        for i, b in enumerate(batches):
+            yield f"registered-{name}-{i}", m, b.tokens
+
+
+CONSTRUCTIONS = list(_constructions()) + list(_registered())
 
 
 @pytest.mark.parametrize("seed", range(24))
@@ -82,7 +105,7 @@ def test_one_at_a_time_equals_batches(name, model, tokens):
     for bs in (1, 2, 7):
         assert np.array_equal(executor.run(model, tokens, fmt, batch_size=bs).logits, whole)
     # alternating inputs through one plan: first, last, first, ... one at a time
-    for i in (0, len(tokens) - 1, 0, 3, len(tokens) - 1):
+    for i in (0, len(tokens) - 1, 0, min(3, len(tokens) - 1), len(tokens) - 1):
         assert np.array_equal(executor.run(model, tokens[i], fmt).logits[0], whole[i])
 
 
@@ -101,6 +124,34 @@ def test_index_lookup_single_inputs_after_other_queries():
         for pp in (3, n):
             batch = encode(model, sy[:4], np.full(4, pp))
             assert [a[0] for a in executor.run(model, batch, fmt).answers] == sy[:4, pp - 1].tolist()
+
+
+def test_every_construction_gives_the_same_logits_in_a_fresh_process():
+    """Every registered weight construction: built, its inputs drawn (same seeds) and run in a
+    fresh interpreter gives the logits of this process, whose plans have already served other
+    inputs and models."""
+    names = [n for n in registry.names() if isinstance(xf.build(n, **SMALL.get(n, dict(n=8))), xf.Model)]
+    here = {}
+    for name in names:
+        m, batches = _registered_inputs(name)
+        fmt = parse_format(m.precision)
+        here[name] = [executor.run(m, b.tokens, fmt).logits.tolist() for b in batches]
+    code = (
+        "import json, sys\n"
+        "sys.path.insert(0, sys.argv[2])\n"
+        "from test_executor import _registered_inputs\n"
+        "from exactformer.precision import parse_format\n"
+        "from exactformer.verify.executor import run\n"
+        "out = {}\n"
+        "for name in json.loads(sys.argv[1]):\n"
+        "    m, batches = _registered_inputs(name)\n"
+        "    out[name] = [run(m, b.tokens, parse_format(m.precision)).logits.tolist() for b in batches]\n"
+        "print(json.dumps(out))\n"
+    )
+    import pathlib
+    res = subprocess.run([sys.executable, "-c", code, json.dumps(names), str(pathlib.Path(__file__).parent)],
+                         capture_output=True, text=True, check=True)
+    assert json.loads(res.stdout) == json.loads(json.dumps(here))
 
 
 def test_fresh_process_gives_the_same_logits(tmp_path):
