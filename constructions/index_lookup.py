@@ -34,7 +34,8 @@ from exactformer.constructions.blocks.readout import SymbolReadout
 from exactformer.constructions.blocks.retrieve import RetrieveByPosition
 from exactformer.constructions.ir import CompiledModel, Param
 from exactformer.constructions.position_codes import position_codes
-from exactformer.constructions.precision_search import arithmetics_for, designed_for, fewest_bits, smallest_grid_eta
+from exactformer.constructions.precision_search import (arithmetics_for, designed_for, fewest_bits, given_eta,
+                                                        smallest_grid_eta)
 from exactformer.constructions.spec import Select
 from exactformer.constructions.registry import construction
 from exactformer.constructions.task import Batch, Domains, Task, TaskError
@@ -298,9 +299,7 @@ def _precision_and_eta(n: int, gram: Fraction, mu: Fraction, m: int, eta: Any, p
     else:
         auto = best_eta(precision) if precision.is_exact else None
     if eta is not None:
-        eta = Fraction(eta)
-        if eta <= 0:
-            raise IndexLookupError(f"eta must be > 0, got {eta}")
+        eta = given_eta(eta, IndexLookupError)
         formulas["eta"] = "given"
         return precision, eta, formulas, robust
     if not precision.is_exact:

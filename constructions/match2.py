@@ -36,7 +36,7 @@ from exactformer.constructions.mpc_tasks import (
     match2_draw,
     match2_truth,
 )
-from exactformer.constructions.precision_search import fewest_bits
+from exactformer.constructions.precision_search import fewest_bits, given_eta
 from exactformer.constructions.registry import construction
 from exactformer.constructions.spec import ExistsMatch
 from exactformer.constructions.task import Batch, Domains, Task, TaskError
@@ -288,9 +288,7 @@ def _precision_and_eta(n: int, b: int, eta: Any, precision: Any) -> tuple[Format
     else:
         auto = _eta_for(precision, b, n) if precision.is_exact else None
     if eta is not None:
-        eta = Fraction(eta)
-        if eta <= 0:
-            raise Match2Error(f"eta must be > 0, got {eta}")
+        eta = given_eta(eta, Match2Error)
         notes["eta"] = "given"
         return precision, eta, notes
     if not precision.is_exact:

@@ -37,7 +37,7 @@ import numpy as np
 from exactformer.constructions.assemble import Layout, ModelBuilder
 from exactformer.constructions.blocks.content import RetrieveByMatch, _row
 from exactformer.constructions.code_products import pair_inner, resolve
-from exactformer.constructions.ir import CompiledModel, ExactTensor, Inputs, Param
+from exactformer.constructions.ir import CompiledModel, Param
 from exactformer.constructions.nearest_neighbor import (MAX_N, QUERIES, NearestNeighborError, NearestNeighborTask, REST,
                                                         TARGET, _check_fraction, _check_int, address_codes, address_mlp,
                                                         address_tail, answer_positions, build, code_range, design,

@@ -48,6 +48,17 @@ def float_arithmetic(name: str) -> FloatArithmetic:
     return _FLOATS[name]
 
 
+def given_eta(eta: Any, err: type[Exception]) -> Fraction:
+    """An eta the user gave, as an exact Fraction > 0 (``err`` naming the parameter otherwise)."""
+    try:
+        value = Fraction(eta)
+    except (TypeError, ValueError, ZeroDivisionError):
+        raise err(f"eta must be a number > 0, got {eta!r}") from None
+    if value <= 0:
+        raise err(f"eta must be > 0, got {value}")
+    return value
+
+
 def smallest_grid_eta(fmt: Format, unit: Fraction, holds: Callable[[Fraction], bool],
                       top: Fraction | None = None) -> Fraction | None:
     """The smallest eta = unit * j (1 <= j, eta <= ``top``, default the format's maximum) with

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from exactformer.constructions.blocks.retrieve import RetrieveByPosition
-from exactformer.constructions.precision_search import (arithmetics_for, fewest_bits, float_arithmetic, float_set,
+from exactformer.constructions.precision_search import (arithmetics_for, fewest_bits, float_arithmetic, float_set, given_eta,
                                                         smallest_grid_eta)
 from exactformer.precision import FixedPoint, Format, parse_format
 from exactformer.precision.boxes import Box, FixedArithmetic
@@ -216,9 +216,7 @@ def resolve(n: int, T: int, gram: Fraction, mu: Fraction, eta: Any, precision: A
                           + (f" (within {tol_f} in {described})" if floats else "")
                           + ", and an unsaturated uniform second-layer average (weight > 0)")
     if eta is not None:
-        eta = Fraction(eta)
-        if eta <= 0:
-            raise err(f"eta must be > 0, got {eta}")
+        eta = given_eta(eta, err)
         notes["eta"] = "given"
         return precision, eta, notes
     if not precision.is_exact:

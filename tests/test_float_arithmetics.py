@@ -220,3 +220,33 @@ def test_saved_manifest_records_certified_arithmetics(tmp_path):
     assert man["certified_arithmetics"] == {"certified": [d.precision, "float64", "float32"], "not_certified": []}
     man = json.loads((xf.save(d, tmp_path / "c", certify=False) / "manifest.json").read_text())
     assert man["certified_arithmetics"] is None
+
+
+@pytest.mark.parametrize("name,kw", [("index-lookup", dict(n=64, alphabet=8)), ("equality", dict(n=16))])
+def test_eta_just_below_the_float32_certified_bound_is_refuted_in_torch(name: str, kw: dict):
+    """Lower eta on the grid from the robust default: the float32 certificate proves down to some
+    eta*, never passes below it, and within two grid steps below eta* finds a counterexample that
+    the torch float32 module answers wrong (the float certificate is sound and nearly tight)."""
+    d = xf.build(name, **kw)
+    etas = [d.params["eta"].value - Fraction(j, 2) for j in range(12)]  # eta's grid is 1/2 in both formats
+    results = []
+    for eta in etas:
+        if eta <= 0:
+            break
+        m = xf.build(name, **kw, eta=eta, precision=d.precision)
+        results.append((eta, m, xf.verify(m, mode="certify", arithmetic="float32")))
+    proved = [eta for eta, _, r in results if r.passed]
+    assert proved and proved == [eta for eta, _, _ in results[: len(proved)]]  # a prefix: monotone
+    below = results[len(proved):]
+    assert below and not any(r.passed for _, _, r in below)
+    eta, m, r = next((e, m, r) for e, m, r in below[:3] if r.counterexample is not None)
+    tokens = m.encode(r.counterexample["input"])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ArithmeticWarning)
+        module = m.to_torch(torch.float32)
+    pos = torch.as_tensor(m.compiled.answer_positions_for(len(tokens)))
+    with torch.no_grad():
+        logits = module(torch.as_tensor(np.asarray(tokens)[None]))[0, pos]
+    got = [m.answers[int(i)] for i in logits.argmax(-1)]
+    expected = r.counterexample["expected"]
+    assert got != (expected if isinstance(expected, list) else [expected])
