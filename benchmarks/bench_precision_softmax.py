@@ -95,8 +95,8 @@ def main(argv=None) -> int:
 
                     x = torch.from_numpy(vals).cuda()
                     xf = torch.from_numpy(vals / S).cuda()
-                    fixed = lambda: fmt.softmax(x)  # noqa: E731
-                    flt = lambda: torch.softmax(xf, dim=-1)  # noqa: E731
+                    fixed = lambda x=x: fmt.softmax(x)  # noqa: E731
+                    flt = lambda xf=xf: torch.softmax(xf, dim=-1)  # noqa: E731
                 else:
                     xf = vals / S
 

@@ -11,14 +11,13 @@ exercise them, and the shortcuts are really taken.
 
 from __future__ import annotations
 
-from fractions import Fraction
 
 import numpy as np
 import pytest
 
 import exactformer.verify.executor as executor
 from exactformer.constructions.ir import (MLP, Attention, Block, CompiledModel, Embedding, ExactTensor, Inputs,
-                                          IRError, VectorInput)
+                                          VectorInput)
 from exactformer.precision import FixedPoint
 from exactformer.verify.forward import forward_reference
 
