@@ -27,6 +27,7 @@ ROUNDINGS = ("floor", "nearest-even")
 INT64_LIMIT = 1 << 60  # int64 mode: every raw value has |raw| <= 2^60
 SOFTMAX_CHUNK = 1 << 17  # elements per chunk in the numpy softmax pipeline
 EXP_TABLE_MAX = 1 << 21  # largest exact exp table (entries) kept per format
+EXP_TABLE_MIN_INPUT = 1 << 12  # fewer values than this are rounded without building the table
 THREADS = max(1, min(8, os.cpu_count() or 1))  # numpy softmax worker threads
 
 
@@ -37,6 +38,31 @@ def _check_int(v, pname: str, lo: int, what: str) -> int:
     if v < lo:
         raise PrecisionError(f"{pname} must be an integer >= {lo} ({what}), got {v}")
     return v
+
+
+
+
+def _size(x) -> int:
+    """Number of entries of a numpy array, torch tensor or scalar."""
+    return int(x.numel()) if hasattr(x, "numel") else int(np.size(x))
+
+@functools.lru_cache(maxsize=32)
+def _numpy_exp_table(S: int, M: int, min_raw: int, nearest: bool) -> tuple[int, np.ndarray, int] | None:
+    """The exact exp table of a format, keyed by everything it depends on (scale, largest and
+    smallest raw value, rounding), so formats rebuilt with the same numbers (the precision searches
+    build many) share one table. None when the window exceeds EXP_TABLE_MAX entries or an end
+    cannot be verified."""
+    lnS = math.log(S)
+    x_lo = max(min_raw, math.floor(-S * (lnS + 2.0)))
+    x_hi = min(M, math.ceil(S * (math.log(M + 1) - lnS + 1.0)))
+    W = x_hi - x_lo + 1
+    if W > EXP_TABLE_MAX:
+        return None
+    table = _exp.exp_int64(np.arange(x_lo, x_hi + 1, dtype=np.int64), S, M, nearest, NP)
+    table.flags.writeable = False
+    ok_lo = x_lo == min_raw or int(table[0]) == 0
+    ok_hi = x_hi == M or int(table[-1]) == M + 1
+    return (x_lo, table, W) if ok_lo and ok_hi else None
 
 
 class FixedPoint(Format):
@@ -477,7 +503,9 @@ class FixedPoint(Format):
     def _exp_raw(self, xp, x):
         if self._obj:
             return _exp.exp_object(np.asarray(x, dtype=object), self.scale, self.max_raw, self.nearest)
-        tab = self._exp_table(xp)
+        # a table pays for itself only over many values: a few values (the precision searches ask
+        # for one or two per candidate format) are rounded directly, exactly the same way
+        tab = self._exp_table(xp) if _size(x) >= EXP_TABLE_MIN_INPUT or "_exp_tables" in self.__dict__ else None
         if tab is not None:
             x_lo, table, W = tab
             if xp.torch:
@@ -494,22 +522,10 @@ class FixedPoint(Format):
         if key in cache:
             return cache[key]
         if "numpy" not in cache:
-            S, M = self.scale, self.max_raw
-            lnS = math.log(S)
-            x_lo = max(self.min_raw, math.floor(-S * (lnS + 2.0)))
-            x_hi = min(M, math.ceil(S * (math.log(M + 1) - lnS + 1.0)))
-            W = x_hi - x_lo + 1
-            res = None
-            if W <= EXP_TABLE_MAX:
-                table = _exp.exp_int64(np.arange(x_lo, x_hi + 1, dtype=np.int64), S, M, self.nearest, NP)
-                ok_lo = x_lo == self.min_raw or int(table[0]) == 0
-                ok_hi = x_hi == M or int(table[-1]) == M + 1
-                if ok_lo and ok_hi:
-                    res = (x_lo, table, W)
-            cache["numpy"] = res
+            cache["numpy"] = _numpy_exp_table(self.scale, self.max_raw, self.min_raw, self.nearest)
         res = cache["numpy"]
         if xp.torch and res is not None:
-            res = (res[0], xp.from_numpy(res[1]), res[2])
+            res = (res[0], xp.from_numpy(res[1].copy()), res[2])
         cache[key] = res
         return res
 

@@ -102,6 +102,23 @@ def test_exp_table_matches_float_stage():
         assert [int(v) for v in fmt.exp(sample)] == [g.exp(int(x))[0] for x in sample]
 
 
+def test_exp_table_shared_only_between_equal_formats_and_small_inputs_agree():
+    """The exact table is cached by everything it depends on (scale, raw range, rounding): a format
+    rebuilt from the same spec shares it, formats that differ in any of those do not, and a few
+    values rounded without the table equal the same values looked up in it, in either order."""
+    a, b = parse_format("binary:int=5,frac=6"), parse_format("binary:int=5,frac=6")
+    assert a._exp_table(_exp_np())[1] is b._exp_table(_exp_np())[1]
+    for other in ["binary:int=6,frac=6", "binary:int=5,frac=7", "binary:int=5,frac=6,rounding=nearest-even"]:
+        assert parse_format(other)._exp_table(_exp_np())[1] is not a._exp_table(_exp_np())[1]
+    xs = np.arange(a.min_raw, a.max_raw + 1)
+    few = xs[:: max(1, len(xs) // 50)]
+    fresh = parse_format("binary:int=5,frac=6")
+    small_first = [int(v) for v in fresh.exp(few)]  # direct path: no table yet on this object
+    assert "_exp_tables" not in fresh.__dict__
+    full = fresh.exp(xs)  # table path
+    assert small_first == [int(v) for v in full[:: max(1, len(xs) // 50)]] == [int(v) for v in fresh.exp(few)]
+
+
 def _exp_np():
     from exactformer.precision._xp import NP
 
