@@ -99,7 +99,25 @@ SIZE_SPECS: dict[str, SizeSpec] = {s.name: s for s in (
     SizeSpec("cnf", "cnf", "threshold", bounds=(), note="default: N/2 seeded random 3-literal clauses"),
     SizeSpec("threshold", "threshold", "threshold", bounds=(),
              note="default: N seeded random 2-subsets, g = parity, b = m // 2"),
+    SizeSpec("nearest-neighbor", "nearest-neighbor", "nearest-neighbor",
+             note="d' = 16, margin 1/4, two-code variant, the last query answered"),
+    SizeSpec("mqar", "mqar", "nearest-neighbor", build_max_n=1 << 16,
+             note="lean variant, |Sigma| = N, the last query answered (built up to N = 2^16: the dense symbol "
+                  "embedding has |Sigma| rows)"),
+    SizeSpec("match2", "match2", "match2"),
 )}
+
+
+#: Why a family has no rows on this page.
+NOT_BUILT: dict[str, str] = {
+    "dyck": "exactformer builds no Dyck model: the family is here for its lower bounds (P1 Thm 5) beside the "
+            "constant-size DFA.",
+    "k-hop": "Induction heads and k-hop are built as EMA programs (P2 Thm 4.1 compilation: words in memory "
+             "slots, not stored weight matrices), so this page, which counts stored weights, has no row for "
+             "them: their layers, heads per layer, words per head and memory per N and k are tabulated in "
+             "[docs/mpc.md](mpc.md#resource-tables-generated-by-benchmarksmpc_tablespy---write), beside P2's "
+             "O(log k)-layer bound.",
+}
 
 
 def spec(name: str) -> SizeSpec:
@@ -677,8 +695,8 @@ def doc_blocks(doc: dict[str, Any], fig_dir: str) -> dict[str, str]:
             parts.append(f"![{lb.FAMILIES[fam].title}]({fig_dir}/sizes-{fam}.png)\n"
                          f"(data: [`sizes-{fam}.csv`]({fig_dir}/sizes-{fam}.csv))")
         if not names:
-            parts.append("No construction of this family is built yet: its rows appear here once a `SizeSpec` "
-                         "for it is added to `verify/sizes.py`.")
+            parts.append(NOT_BUILT.get(fam, "No construction of this family is built yet: its rows appear here once "
+                                            "a `SizeSpec` for it is added to `verify/sizes.py`."))
         for name in names:
             d = doc["specs"][name]
             c = d["claim"]
