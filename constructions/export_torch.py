@@ -70,7 +70,10 @@ class ExactformerTorch(nn.Module):
             self._pos_cache = {key: P}
         return P[:T]
 
-    def forward(self, tokens):
+    def forward(self, tokens, vectors=None):
+        """Logits [B, T, d_vocab_out] for token ids [B, T] (or [T]). A model with vector inputs
+        (Theorem 7: ``exact_model.vector_input``) also takes ``vectors`` [B, T, width], added to
+        the embedding's vector columns (TransformerLens: a hook on ``hook_embed``)."""
         ref = self.unembed.W_U
         tokens = torch.as_tensor(tokens, device=ref.device)
         if tokens.dim() == 1:
@@ -85,6 +88,18 @@ class ExactformerTorch(nn.Module):
         uniq, inv = torch.unique(tokens, return_inverse=True)
         E = self._rows(self.exact_model.embed, uniq.cpu().numpy())
         x = E[inv] + self._positions(T)[None]
+        vi = self.exact_model.vector_input
+        if (vi is None) != (vectors is None):
+            raise ValueError("vectors: " + ("this model has no vector input" if vi is None else
+                                            f"this model reads a vector of width {vi.width} at its vector tokens"))
+        if vi is not None:
+            vectors = torch.as_tensor(vectors, dtype=x.dtype, device=x.device)
+            if vectors.dim() == 2:
+                vectors = vectors[None]
+            if tuple(vectors.shape) != (B, T, vi.width):
+                raise ValueError(f"vectors must have shape {(B, T, vi.width)}, got {tuple(vectors.shape)}")
+            x = x.clone()
+            x[..., vi.col : vi.col + vi.width] += vectors
         for blk, causal in zip(self.blocks, self.causal):
             a, m = blk.attn, blk.mlp
             q = torch.einsum("btd,hde->bhte", x, a.W_Q) + a.b_Q[None, :, None, :]

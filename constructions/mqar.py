@@ -36,13 +36,15 @@ import numpy as np
 
 from exactformer.constructions.assemble import Layout, ModelBuilder
 from exactformer.constructions.blocks.content import RetrieveByMatch, _row
+from exactformer.constructions.blocks.retrieve import RetrieveByPosition
 from exactformer.constructions.code_products import pair_inner, resolve
 from exactformer.constructions.ir import CompiledModel, Param
 from exactformer.constructions.nearest_neighbor import (MAX_N, QUERIES, NearestNeighborError, NearestNeighborTask, REST,
                                                         TARGET, _check_fraction, _check_int, address_codes, address_mlp,
                                                         address_tail, answer_positions, build, code_range, design,
                                                         label_positions, layer2_holds, smallest_code, value_scale)
-from exactformer.constructions.precision_search import fewest_bits, smallest_grid_eta
+from exactformer.constructions.precision_search import (FLOAT_ARITHMETICS, designed_for, fewest_bits,
+                                                         float_arithmetic, smallest_grid_eta)
 from exactformer.constructions.registry import construction
 from exactformer.constructions.spec import NearestLabel
 from exactformer.constructions.task import Batch, Domains, Task
@@ -86,6 +88,17 @@ def lean_holds(fmt: Format, eta1: Fraction, code: Any, n: int) -> Fraction | Non
     target = Fraction(arith.to_fraction(np.asarray(w_t.lo)[0]))
     rest = sum(Fraction(arith.to_fraction(np.asarray(w_l.hi)[0, i])) * int(c) for i, c in enumerate(cnt[0]))
     return eta1 if target >= TARGET and rest <= REST else None
+
+
+def floats_hold(eta: Fraction, mu: Fraction, n_keys: int, gram: Fraction, offset: Fraction = Fraction(0)) -> bool:
+    """The retrieval row bound (target >= 3/4, the rest <= 1/4 for ``n_keys`` keys with logits at
+    most eta mu) in exact reals, float64 and float32, the logits' float error included: the float
+    half of a robust build's sufficient condition (the fixed-point half is the layer's own)."""
+    for name in FLOAT_ARITHMETICS:
+        target, rest = RetrieveByPosition.worst_case(float_arithmetic(name), eta, mu, n_keys, gram, offset)
+        if not (target >= TARGET and rest <= REST):
+            return False
+    return True
 
 
 class MQARTask(Task):
@@ -312,17 +325,27 @@ def lean_design(n: int, S: int, eta1: Fraction | None = None, eta2: Fraction | N
     code2 = smallest_code(2 * n, Fraction(1, 4))
     T, gram = 2 * n - 1, Fraction(code.gram_scale)
 
+    mu1, mu2 = (Fraction(code_range(c)[1], code_range(c)[2]) for c in (code, code2))
+    gram2 = Fraction(code2.gram_scale)
+
+    def layer1(f: Format, e: Fraction) -> bool:
+        # robust: the row bound also in exact reals, float64 and float32, every key of the prefix
+        # at most eta1 mu1, the flag term eta1 c_label inside the dot product's error bound
+        return lean_holds(f, e, code, n) is not None and (eta1 is not None or floats_hold(e, mu1, T, gram, Fraction(1)))
+
+    def layer2(f: Format, e: Fraction) -> bool:
+        return layer2_holds(f, e, code2, T) and (eta2 is not None or floats_hold(e, mu2, T, gram2))
+
     def check(f: Format) -> tuple[Fraction, Fraction] | None:
         if eta1 is not None:
-            e1 = Fraction(eta1) if lean_holds(f, Fraction(eta1), code, n) else None
+            e1 = Fraction(eta1) if layer1(f, Fraction(eta1)) else None
         else:
-            e1 = smallest_grid_eta(f, f.step / gram, lambda e: lean_holds(f, e, code, n) is not None,
-                                   Fraction(f.max_value) / 3)
+            e1 = smallest_grid_eta(f, f.step / gram, lambda e: layer1(f, e), Fraction(f.max_value) / 3)
         if e1 is None:
             return None
         if eta2 is not None:
-            return (e1, Fraction(eta2)) if layer2_holds(f, Fraction(eta2), code2, T) else None
-        e2 = smallest_grid_eta(f, f.step / Fraction(code2.gram_scale), lambda e: layer2_holds(f, e, code2, T))
+            return (e1, Fraction(eta2)) if layer2(f, Fraction(eta2)) else None
+        e2 = smallest_grid_eta(f, f.step / gram2, lambda e: layer2(f, e))
         return None if e2 is None else (e1, e2)
 
     if fmt is None:
@@ -338,6 +361,7 @@ def lean_design(n: int, S: int, eta1: Fraction | None = None, eta2: Fraction | N
 
 def _lean(n: int, S: int, L: int, queries: str, eta1: Fraction | None, eta2: Fraction | None, fmt: Format | None) -> CompiledModel:
     code, code2, fmt, e1, e2, how = lean_design(n, S, eta1, eta2, fmt)
+    robust = eta1 is None and eta2 is None  # a given eta is checked in the format only
     T, gram = 2 * n - 1, Fraction(code.gram_scale)
     m_y = max(1, (L - 1).bit_length())
     lay = Layout()
@@ -370,6 +394,8 @@ def _lean(n: int, S: int, L: int, queries: str, eta1: Fraction | None, eta2: Fra
             "d_model": Param(lay.d_model, "k_Sigma + 3m + 1 + 4 k2"),
             "precision": Param(fmt.name, how),
             "precision_bits": Param(getattr(fmt, "bits", None), "bits of one number in the format"),
+            "arithmetics": Param(designed_for(fmt, robust), "the arithmetics the sufficient conditions were checked "
+                                 "in (the certificate of the content-dependent first layer is fixed-point only)"),
         })
     model.weights_raw(fmt)
     return model

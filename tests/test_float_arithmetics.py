@@ -250,3 +250,34 @@ def test_eta_just_below_the_float32_certified_bound_is_refuted_in_torch(name: st
     got = [m.answers[int(i)] for i in logits.argmax(-1)]
     expected = r.counterexample["expected"]
     assert got != (expected if isinstance(expected, list) else [expected])
+
+
+# ------------------------------------------------------------------------------------------------
+# content-dependent constructions: designed for the floats, checked by running torch
+# ------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name,kw", [("nearest-neighbor", dict(n=16)), ("mqar", dict(n=16)), ("mqar", dict(n=64, labels=3))])
+@pytest.mark.parametrize("arithmetic", ["float64", "float32"])
+def test_content_default_builds_run_right_in_torch(name: str, kw: dict, arithmetic: str):
+    """Vector inputs reach the torch module (run_torch passes them to the embedding's vector
+    columns), and the default builds, whose first-layer certificate is fixed-point only, answer
+    the seeded sample and every adversarial kind right in float32 and float64."""
+    m = xf.build(name, **kw)
+    r = xf.verify(m, mode="sample", samples=200, seed=5, arithmetic=arithmetic)
+    assert r.passed, (r.reason, r.counterexample)
+
+
+def test_mqar_fixed_point_only_eta_is_refuted_in_torch_and_says_so():
+    """MQAR's default etas satisfy the row bound in reals, float64 and float32; eta1 = eta2 = 1 (the
+    smallest the fixed-point format allows, through exp rounding to 0) is proved in the format,
+    recorded as fixed-point only, warned about on export, and answered wrong by torch."""
+    m = xf.build("mqar", n=16, precision="binary:int=4,frac=1", eta1=1, eta2=1)
+    assert m.params["arithmetics"].value == ["binary:int=4,frac=1"]
+    assert xf.verify(m, mode="certify").passed
+    with pytest.warns(ArithmeticWarning):
+        m.to_torch(torch.float32)
+    r = xf.verify(m, mode="sample", samples=200, seed=5, arithmetic="float32")
+    assert not r.passed and r.counterexample["arithmetic"] == "float32"
+    robust = xf.build("mqar", n=16)
+    assert robust.params["arithmetics"].value == [robust.precision, "real", "float64", "float32"]

@@ -16,10 +16,12 @@ import torch
 
 from exactformer.constructions.export import to_torch
 from exactformer.constructions.export_float import ArithmeticWarning
-from exactformer.constructions.ir import CompiledModel
+from exactformer.constructions.ir import CompiledModel, Inputs
 from exactformer.verify.executor import RunResult, decode_logits
 
-DTYPES = {"float32": torch.float32, "float64": torch.float64}
+#: float32/float64 are the arithmetics the float certificates cover; bfloat16/float16 run for
+#: measurement only (benchmarks/bench_float_samples.py): nothing certifies them.
+DTYPES = {"float32": torch.float32, "float64": torch.float64, "bfloat16": torch.bfloat16, "float16": torch.float16}
 MEMORY_BUDGET = 1 << 30  # bytes of attention scores held at once; batches are sized to it
 _MODULES: "OrderedDict[tuple, torch.nn.Module]" = OrderedDict()
 
@@ -31,9 +33,12 @@ def run_torch(model: CompiledModel, tokens: np.ndarray, dtype: str = "float64") 
     stays under MEMORY_BUDGET, and an input too long for one (a ValueError) is refused, not run."""
     if dtype not in DTYPES:
         raise ValueError(f"dtype must be one of {sorted(DTYPES)}, got {dtype!r}")
+    vectors = None
+    if isinstance(tokens, Inputs):  # vector inputs (Theorem 7): exact values, rounded once to dtype
+        vectors, tokens = tokens.vectors.num / tokens.vectors.den, tokens.tokens
     tokens = np.asarray(tokens, dtype=np.int64)
     if tokens.ndim == 1:
-        tokens = tokens[None]
+        tokens, vectors = tokens[None], None if vectors is None else vectors[None]
     T = tokens.shape[1]
     heads = max([b.attn.n_heads for b in model.blocks] + [1])
     per_input = 3 * heads * T * T * DTYPES[dtype].itemsize  # scores, pattern and a temporary
@@ -54,7 +59,8 @@ def run_torch(model: CompiledModel, tokens: np.ndarray, dtype: str = "float64") 
     parts = []
     with torch.no_grad():
         for s in range(0, len(tokens), batch_size):
-            out = module(torch.as_tensor(tokens[s : s + batch_size]))
+            vec = None if vectors is None else torch.as_tensor(vectors[s : s + batch_size], dtype=torch.float64)
+            out = module(torch.as_tensor(tokens[s : s + batch_size]), vec)
             parts.append(out[:, torch.as_tensor(pos)].double().numpy())
     logits = np.concatenate(parts) if parts else np.zeros((0, pos.size, len(model.answers)))
     answers, margin = decode_logits(model, logits)
