@@ -70,7 +70,7 @@ def main() -> None:
     ap.add_argument("--exhaustive-limit", type=int, default=1 << 12)
     ap.add_argument("--lens", action="store_true", help="TransformerLens float64/float32 instead of the torch module")
     a = ap.parse_args()
-    print("| construction | N | arithmetic | certified | inputs | right | first wrong input | seconds |")
+    print("| construction | N | arithmetic | designed for (params arithmetics) | inputs | right | first wrong input | seconds |")
     print("|---|---|---|---|---|---|---|---|")
     for name in a.constructions:
         for n in a.n:
