@@ -64,6 +64,7 @@ class NumpyXP:
         return bool(np.any(m))
 
     def minmax(self, x) -> tuple[int, int]:
+        x = np.asarray(x)  # the wide-product path returns a Python int for 0-d operands
         if x.size == 0:
             return 0, 0
         return int(x.min()), int(x.max())

@@ -339,3 +339,23 @@ def test_adversarial_flips_are_streamed_at_large_n():
     base = x[0]
     assert np.array_equal(base[: 1 << 15], base[1 << 15 :])  # equal halves, then its flips
     assert all(np.sum(row != base) == 1 for row in x[1:])
+
+
+def test_paper_grid_wider_than_int64_certifies():
+    """P1's own grid at N = 2^16 (kc = 2: step 2^-32, raw values beyond int64) runs the
+    certificate in object arithmetic end to end; it used to stop with an internal error (np.unique
+    over object rows, a 0-d wide product) and then hang in the counterexample search."""
+    m = xf.build("equality", n=1 << 16, precision="paper:n=65536,kc=2")
+    r = xf.verify(m, mode="certify")
+    assert r.passed, r.reason
+
+
+def test_unique_rows_of_object_arrays_match_numpy():
+    from exactformer.constructions.blocks.average import _unique_rows
+
+    rng = np.random.default_rng(0)
+    a = rng.integers(-3, 3, size=(40, 3))
+    assert np.array_equal(_unique_rows(a.astype(object)).astype(np.int64), np.unique(a, axis=0))
+    big = np.array([[1 << 70, 1], [1 << 70, 1], [-(1 << 70), 2]], dtype=object)
+    assert _unique_rows(big).tolist() == [[-(1 << 70), 2], [1 << 70, 1]]
+    assert _unique_rows(np.empty((0, 2), dtype=object)).shape == (0, 2)
