@@ -513,9 +513,9 @@ class ThresholdTask(_BooleanTask):
                 S = int(g.sum())
                 if S == targets[i]:
                     break
-                # value of every incident feature with bit j flipped
-                fl = np.repeat(x[i : i + 1], n, axis=0)
-                fl[np.arange(n), np.arange(n)] ^= 1
+                # value of every incident feature with bit j flipped: bit c of the input with bit
+                # r flipped is x[c] ^ (r == c) (no N x N array of flipped inputs)
+                xi = x[i]
                 f_ids = inc.reshape(-1)
                 valid = f_ids >= 0
                 new_vals = np.zeros(n * D, dtype=np.int64)
@@ -527,7 +527,8 @@ class ThresholdTask(_BooleanTask):
                         continue
                     code = np.zeros(int(sel.sum()), dtype=np.int64)
                     for h in range(ar):
-                        code = code * 2 + fl[rows[sel], sub_idx[sel, h] - 1]
+                        col = sub_idx[sel, h] - 1
+                        code = code * 2 + (xi[col] ^ (rows[sel] == col))
                     tmp = np.zeros(int(valid.sum()), dtype=np.int64)
                     tmp[sel] = np.asarray(table, dtype=np.int64)[code]
                     new_vals[np.flatnonzero(valid)[sel]] = tmp[sel]

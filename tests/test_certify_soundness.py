@@ -98,3 +98,18 @@ def test_reported_crashes_now_answer():
         a, W_V=ExactTensor(np.zeros_like(a.W_V.num)))), m.blocks[1]])
     r = verify(zero_v, "certify")
     assert not r.passed and r.counterexample is not None and "internal error" not in r.reason
+
+
+def test_counterexample_search_out_of_memory_is_an_answer():
+    """A search whose inputs are too large to run (MemoryError) ends as "not proven", with the
+    reason, never a traceback (found by certifying threshold N = 2^16 in float32)."""
+    from exactformer.verify.certify import certify
+
+    m = registry.get("index-lookup").builder(n=16, alphabet=4, eta="minimal")
+    fmt = parse_format(m.precision)
+
+    def runner(model, batch):
+        raise MemoryError
+
+    c = certify(m, fmt, registry.task_of(m), run_candidates=runner, arithmetic="float32")
+    assert not c.passed and "out of memory" in c.reason

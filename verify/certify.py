@@ -371,4 +371,6 @@ def _search(model: CompiledModel, task: Any, hint: dict, run: Callable) -> tuple
                 return cex, f"{n} candidate inputs run"
     except (ValueError, IRError) as e:
         return None, f"the counterexample search stopped: {e}"
+    except MemoryError:  # an input too large to run here is no answer either way: never a traceback
+        return None, f"the counterexample search stopped: out of memory after {n} candidate inputs"
     return None, f"no counterexample among {n} candidate inputs (adversarial, planted and sampled)"
