@@ -13,6 +13,8 @@ a Fraction scalar.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import math
 from dataclasses import dataclass
 from fractions import Fraction
@@ -29,10 +31,59 @@ from exactformer.constructions.ir import (
     Embedding,
     ExactTensor,
     IRError,
+    ModelShape,
     check_shapes,
 )
 
 Exact = Any  # np.ndarray of ints | (np.ndarray, int) | Fraction | int
+
+_SHAPES_ONLY: contextvars.ContextVar[bool] = contextvars.ContextVar("shapes_only", default=False)
+
+
+@contextlib.contextmanager
+def shapes_only():
+    """Inside this context every :meth:`ModelBuilder.build` returns a :class:`ShapeOnlyModel`: the
+    builder runs unchanged (its design searches, its layout, every block's placement) but no weight
+    tensor or embedding table is assembled. The sizes tables read models built this way."""
+    token = _SHAPES_ONLY.set(True)
+    try:
+        yield
+    finally:
+        _SHAPES_ONLY.reset(token)
+
+
+class ShapeOnlyModel:
+    """A model's shape and the fields its builder records (``params``, ``precision``, ...), without
+    weights: :meth:`summary` carries the size keys of :meth:`CompiledModel.summary`. Representability
+    of the weights in the format is not checked (``weights_raw`` is a no-op): the full build checks it."""
+
+    def __init__(self, shape: ModelShape, fields: dict[str, Any]):
+        self.model_shape = shape
+        self.params: dict[str, Any] = fields.pop("params", {})
+        self.__dict__.update(fields)
+
+    def shape(self) -> ModelShape:
+        return self.model_shape
+
+    @property
+    def d_model(self) -> int:
+        return self.model_shape.d_model
+
+    def parameter_count(self) -> int:
+        return self.model_shape.parameters
+
+    def size_bits(self, precision_bits: int) -> int:
+        return self.model_shape.parameters * precision_bits
+
+    def weights_raw(self, fmt: Any) -> None:
+        return None
+
+    def summary(self) -> dict[str, Any]:
+        sh = self.model_shape
+        return {"construction": self.construction, "n": self.n, "layers": len(sh.layers), "heads": sh.heads,
+                "d_model": sh.d_model, "d_head": sh.d_head, "d_mlp": sh.d_mlp, "width": sh.width,
+                "d_vocab_out": sh.d_vocab_out, "parameters": sh.parameters, "precision": self.precision,
+                "params": {k: p.to_json() for k, p in self.params.items()}}
 
 
 class Layout:
@@ -210,7 +261,17 @@ class ModelBuilder:
                 raise IRError(f"code block on slot {slot!r}: code width {b.code.k} != slot width {self.layout[slot].size}")
         return Embedding(n_rows, d, table, first, blocks)
 
+    def shape(self, d_vocab_out: int) -> ModelShape:
+        """The shape :meth:`build` would give, from the collected pieces alone."""
+        layers = tuple((max(1, len(L.heads)), max([h["d_head"] for h in L.heads] + [1]),
+                        max(1, sum(u[3] for u in L.units))) for L in self.layers)
+        rows = sum(int(max(r.max() for r, _, _ in rs if r.size) - min(r.min() for r, _, _ in rs if r.size) + 1)
+                   for rs in (self.tok_rows, self.pos_rows) if any(r.size for r, _, _ in rs))
+        return ModelShape(self.layout.d_model, layers, d_vocab_out, rows)
+
     def build(self, answers: list[Any], vocab: list[str], **fields: Any) -> CompiledModel:
+        if _SHAPES_ONLY.get():
+            return ShapeOnlyModel(self.shape(len(answers)), fields)  # type: ignore[return-value]
         d = self.layout.d_model
         blocks = []
         for li, L in enumerate(self.layers):

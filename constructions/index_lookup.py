@@ -34,8 +34,8 @@ from exactformer.constructions.blocks.readout import SymbolReadout
 from exactformer.constructions.blocks.retrieve import RetrieveByPosition
 from exactformer.constructions.ir import CompiledModel, Param
 from exactformer.constructions.position_codes import position_codes
-from exactformer.constructions.precision_search import (arithmetics_for, designed_for, fewest_bits, given_eta,
-                                                        smallest_grid_eta)
+from exactformer.constructions.precision_search import (FLOAT_ARITHMETICS, FLOAT_FALLBACKS, arithmetics_for, designed_for,
+                                                        fewest_bits, float_set, given_eta, smallest_grid_eta)
 from exactformer.constructions.spec import Select
 from exactformer.constructions.registry import construction
 from exactformer.constructions.task import Batch, Domains, Task, TaskError
@@ -61,7 +61,7 @@ def paper_eta(n: int) -> float:
 
 
 def retrieval_holds(fmt: Format, eta: Fraction, mu: Fraction, n: int, gram: Fraction | None = None,
-                    robust: bool = False) -> bool:
+                    robust: bool | tuple[str, ...] = False) -> bool:
     """The sufficient condition: the worst row of N+1 keys puts >= 3/4 on the target and <= 1/4
     elsewhere, in the format (and, when ``robust``, in exact reals, float64 and float32 too)."""
     for arith in arithmetics_for(fmt, robust):
@@ -264,7 +264,8 @@ def index_lookup(
             "precision": Param(fmt.name, formulas["precision"]),
             "precision_bits": Param(getattr(fmt, "bits", 64), "bits of one number in the format"),
             "arithmetics": Param(designed_for(fmt, robust), "the arithmetics the sufficient condition was checked in "
-                                 + ("(robust build)" if robust else "(fixed-point only: eta minimal)")),
+                                 + ("(robust build)" if float_set(robust) == FLOAT_ARITHMETICS else "(robust build: the others allow no format "
+                                    "up to 48 bits)" if robust else "(fixed-point only)")),
             "paper_k": Param(getattr(code, "paper_k", None), "ceil(8 ln(2N) / mu^2) (Lemma 2)"),
         })
     model.code = code  # type: ignore[attr-defined]
@@ -273,8 +274,9 @@ def index_lookup(
     return model
 
 
-def _precision_and_eta(n: int, gram: Fraction, mu: Fraction, m: int, eta: Any, precision: Any) -> tuple[Format, Fraction, dict, bool]:
-    robust = True
+def _precision_and_eta(n: int, gram: Fraction, mu: Fraction, m: int, eta: Any,
+                       precision: Any) -> tuple[Format, Fraction, dict, bool | tuple[str, ...]]:
+    robust: bool | tuple[str, ...] = True
     if isinstance(eta, str):
         if eta not in ("robust", "minimal"):
             raise IndexLookupError(f"eta must be 'robust', 'minimal' or a number > 0, got {eta!r}")
@@ -287,12 +289,22 @@ def _precision_and_eta(n: int, gram: Fraction, mu: Fraction, m: int, eta: Any, p
         e = smallest_grid_eta(fmt, fmt.step / gram, lambda x: retrieval_holds(fmt, x, mu, n, gram, robust))
         return e if e is not None and fits(fmt, e) else None
 
-    formulas = {"eta": "smallest grid value (multiple of step/gram) with target weight >= 3/4 and rest <= 1/4 "
-                       "in the worst row the code's mu allows, in " + ("the format, exact reals, float64 and float32"
-                                                                      if robust else "the format only (minimal)"),
-                "precision": "given"}
     if isinstance(precision, str):
         precision = parse_format(precision)
+    if precision is None and robust:  # float32, then float64, dropped where no format up to 48 bits allows them
+        for robust in FLOAT_FALLBACKS[:-1]:
+            try:
+                fewest_bits(best_eta, max_bits=48, err=IndexLookupError)
+                break
+            except IndexLookupError:
+                continue
+        else:
+            robust = False
+    floats = ", ".join(float_set(robust))
+    formulas = {"eta": "smallest grid value (multiple of step/gram) with target weight >= 3/4 and rest <= 1/4 "
+                       "in the worst row the code's mu allows, in the format" + (f" and {floats}" if floats else
+                                                                                 " only (fixed-point)"),
+                "precision": "given"}
     if precision is None:
         precision, auto = fewest_bits(best_eta, max_bits=48, err=IndexLookupError)
         formulas["precision"] = "fewest-bit binary format in which that eta exists (ties: smallest eta)"

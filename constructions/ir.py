@@ -329,6 +329,44 @@ class Param:
 
 
 @dataclass(frozen=True)
+class ModelShape:
+    """What a model's size depends on, without its weights: the residual width, per layer (heads,
+    d_head, d_mlp) as the stacked tensors hold them, the answers and the dense embedding table rows
+    (token and position tables; rows generated from a position code are not stored).
+    :attr:`parameters` is the count :meth:`CompiledModel.parameter_count` makes from the tensors."""
+
+    d_model: int
+    layers: tuple[tuple[int, int, int], ...]
+    d_vocab_out: int
+    table_rows: int
+
+    @property
+    def parameters(self) -> int:
+        d = self.d_model
+        per_layer = sum(3 * H * d * dh + H * dh * d + 3 * H * dh + d  # W_Q, W_K, W_V, W_O, b_Q, b_K, b_V, b_O
+                        + d * U + U + U * d + d                     # W_in, b_in, W_out, b_out
+                        for H, dh, U in self.layers)
+        return per_layer + d * self.d_vocab_out + self.d_vocab_out + self.table_rows * d
+
+    @property
+    def heads(self) -> int:
+        return max(H for H, _, _ in self.layers)
+
+    @property
+    def d_head(self) -> int:
+        return max(dh for _, dh, _ in self.layers)
+
+    @property
+    def d_mlp(self) -> int:
+        return max(U for _, _, U in self.layers)
+
+    @property
+    def width(self) -> int:
+        """The paper's width max(m, d) (:attr:`CompiledModel.width`)."""
+        return max(self.d_model, self.d_head)
+
+
+@dataclass(frozen=True)
 class VectorInput:
     """Token ids whose inputs carry an exact vector (Theorem 7: the inputs x_i in R^{d'}).
 
@@ -515,6 +553,10 @@ class CompiledModel:
         out["unembed.b_U"] = self.b_U
         return out
 
+    def shape(self) -> ModelShape:
+        return ModelShape(self.d_model, tuple((b.attn.n_heads, b.attn.d_head, b.mlp.d_mlp) for b in self.blocks),
+                          len(self.answers), int(self.embed.table.shape[0] + self.pos_embed.table.shape[0]))
+
     def parameter_count(self, materialized: bool = False) -> int:
         """Stored numbers: every non-embedding weight plus the dense embedding table rows.
 
@@ -522,10 +564,10 @@ class CompiledModel:
         log space from the code's few parameters), so they are counted only with
         ``materialized=True``, which counts both embeddings at their full ``n x d_model`` size.
         """
-        n = sum(int(np.prod(t.shape)) for t in self.tensors().values())
         if materialized:
+            n = sum(int(np.prod(t.shape)) for t in self.tensors().values())
             return n + (self.embed.n_rows + self.pos_embed.n_rows) * self.d_model
-        return n + int(np.prod(self.embed.table.shape)) + int(np.prod(self.pos_embed.table.shape))
+        return self.shape().parameters
 
     def size_bits(self, precision_bits: int, materialized: bool = False) -> int:
         """Representation size in bits (Section 2): every stored number at ``precision_bits`` bits."""

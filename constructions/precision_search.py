@@ -23,6 +23,11 @@ FLOAT_ARITHMETICS = ("real", "float64", "float32")
 _FLOATS = {name: FloatArithmetic(None if name == "real" else name) for name in FLOAT_ARITHMETICS}
 
 
+#: a robust build's float arithmetics, then the fallbacks when no format up to 48 bits allows them
+#: (the a-priori float32 summation bound, for one, is vacuous from 2^24 terms on)
+FLOAT_FALLBACKS = (FLOAT_ARITHMETICS, ("real", "float64"), ("real",), ())
+
+
 def float_set(robust: bool | tuple[str, ...]) -> tuple[str, ...]:
     """The float arithmetics a build is checked in: True -> all of FLOAT_ARITHMETICS, False -> none,
     or a sub-tuple of them (a robust build that had to drop float32, say)."""

@@ -185,7 +185,7 @@ def _build(n: int, features: Sequence[Any], b: int | None, g: Any, k: int | None
         "readout": Param(f"logit_1 = {c} z, logit_0 = {l0}", "l0 between c b a and c (b+1) a for the format's a (and 1/(N+1) when robust): answer 1 iff S >= b + 1"),
         "d_model": Param(model.d_model, "3 + k + r(k + 1) + (G if G >= 2 else 0)"),
         "d_head": Param(r, "r (layer 1); 1 (layer 2)"),
-        "d_mlp": Param(model.blocks[0].mlp.d_mlp, "2 * sum over types of #{u : g(u) = 1}"),
+        "d_mlp": Param(model.shape().layers[0][2], "2 * sum over types of #{u : g(u) = 1}"),
         "layers": Param(2, "Thm 13"),
         "heads": Param(k, "k heads in layer 1, one in layer 2"),
         "precision": Param(fmt.name, notes["precision"]),

@@ -21,7 +21,8 @@ from typing import Any
 import numpy as np
 
 from exactformer.constructions.blocks.retrieve import RetrieveByPosition
-from exactformer.constructions.precision_search import (arithmetics_for, fewest_bits, float_arithmetic, float_set, given_eta,
+from exactformer.constructions.precision_search import (FLOAT_FALLBACKS, arithmetics_for, fewest_bits, float_arithmetic,
+                                                        float_set, given_eta,
                                                         smallest_grid_eta)
 from exactformer.precision import FixedPoint, Format, parse_format
 from exactformer.precision.boxes import Box, FixedArithmetic
@@ -145,7 +146,6 @@ def average_ok(fmt: Format, T: int, b: int, saturation: bool, robust: bool | tup
 #: a-priori summation bound cannot separate large counts), then exact reals alone, then the format
 #: alone (when no format up to 48 bits puts one threshold between b and b + 1 counts for both the
 #: format's rounded 1/T and the exact 1/T)
-FLOAT_FALLBACKS = (("real", "float64", "float32"), ("real", "float64"), ("real",), ())
 
 
 def resolve(n: int, T: int, gram: Fraction, mu: Fraction, eta: Any, precision: Any, tol: Fraction,

@@ -323,7 +323,8 @@ class FloatArithmetic(Arithmetic):
         """A value <= every rounding of the real numbers >= x (x a float64 lower bound)."""
         x = np.asarray(x, dtype=np.float64)
         if self.dtype == "float32":
-            f = x.astype(np.float32)
+            with np.errstate(over="ignore"):  # beyond float32's range: inf, as torch rounds it
+                f = x.astype(np.float32)
             f = np.where(f.astype(np.float64) > x, np.nextafter(f, np.float32(-np.inf)), f)
             return f.astype(np.float64)
         return x
@@ -331,7 +332,8 @@ class FloatArithmetic(Arithmetic):
     def _up(self, x: np.ndarray) -> np.ndarray:
         x = np.asarray(x, dtype=np.float64)
         if self.dtype == "float32":
-            f = x.astype(np.float32)
+            with np.errstate(over="ignore"):  # beyond float32's range: inf, as torch rounds it
+                f = x.astype(np.float32)
             f = np.where(f.astype(np.float64) < x, np.nextafter(f, np.float32(np.inf)), f)
             return f.astype(np.float64)
         return x
@@ -454,6 +456,8 @@ class FloatArithmetic(Arithmetic):
         one = np.ones(counts.shape[0])
         terms = Box(np.concatenate([one[:, None], e.lo], axis=1), np.concatenate([one[:, None], e.hi], axis=1))
         Z = self.sum(terms, axis=1, counts=np.concatenate([one[:, None], counts], axis=1))
+        if not np.all(np.asarray(Z.lo) > 0):  # the a-priori summation bound is vacuous (n u >= 1)
+            return Box(np.zeros_like(one), one), Box(np.where(present, 0.0, 0.0), np.where(present, 1.0, 0.0))
         # torch divides by Z, or multiplies by a rounded 1/Z (its vectorised CPU kernel): two roundings
         r = self.div(Box(one, one), Z)
         w_t = self.mul(Box(one, one), r)
