@@ -418,7 +418,8 @@ class FloatArithmetic(Arithmetic):
         least = np.where(lo > 0, lo, np.where(hi < 0, -hi, 0.0))
         big = np.max(np.where(c > 0, least, 0.0), axis=axis)
         g = self._gamma(n, self.u)
-        rounding = np.minimum(g * mag, (1 + 2 * g) * np.maximum(mag - big, 0.0))
+        with np.errstate(over="ignore", invalid="ignore"):  # n u >= 1: no bound (inf / nan), read as such
+            rounding = np.minimum(g * mag, (1 + 2 * g) * np.maximum(mag - big, 0.0))
         err = rounding + self._gamma(n + 1, self.u64) * mag + n * self.tiny
         return self._out(slo - err, shi + err, n == 0)
 
