@@ -100,11 +100,28 @@ def test_compare_providers_finds_a_wrong_size():
 
 
 def test_size_provider_matches_builds():
-    """The provider in use (the formula path once plugged in) equals real builds, N <= 2^8 here
-    (`exactformer sizes` documents the full check up to 2^20)."""
-    if sz.SIZE_PROVIDER is sz.built_size_row:
-        pytest.skip("SIZE_PROVIDER is the build provider: nothing else to compare yet")
+    """The provider in use (builders run shapes-only) equals real builds, N <= 2^8 here
+    (benchmarks/check_size_formulas.py checks up to 2^20, docs/sizes.md)."""
+    assert sz.SIZE_PROVIDER is sz.formula_size_row
     assert sz.compare_providers(sz.SIZE_PROVIDER, sz.built_size_row, sz.SIZE_SPECS.values(), CHEAP) == []
+
+
+@pytest.mark.parametrize("name", [c for c in registry.names() if c not in ("induction-heads", "k-hop")])
+def test_model_shape_counts_every_stored_number(name):
+    """ModelShape.parameters (the one formula both paths use) equals the stored numbers counted
+    tensor by tensor, and a shapes-only build of the same construction has the same shape; the
+    context leaves ordinary builds untouched afterwards."""
+    from exactformer.constructions.assemble import shapes_only
+
+    builder = registry.get(name).builder
+    m = builder(16)
+    counted = sum(int(np.prod(t.shape)) for t in m.tensors().values())
+    counted += (m.embed.table.shape[0] + m.pos_embed.table.shape[0]) * m.d_model
+    assert m.shape().parameters == counted == m.parameter_count()
+    with shapes_only():
+        s = builder(16)
+    assert s.shape() == m.shape() and not hasattr(s, "blocks")
+    assert builder(16).fingerprint() == m.fingerprint()
 
 
 # ------------------------------------------------------------------------------------------------

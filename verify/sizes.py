@@ -3,10 +3,10 @@
 A *size row* is what one built model costs: layers, heads, d_model, d_head, width, precision bits,
 stored parameters and total size in bits (:class:`SizeRow`). Rows come from a *size provider*
 ``provider(spec, n) -> SizeRow`` (raising :class:`SizeUnavailable` where it has no answer). The
-provider in use is the module variable :data:`SIZE_PROVIDER`; today it builds the model
-(:func:`built_size_row`, N <= 2^20). The builders' formula-only size path plugs in by replacing
-that one variable (see its comment); everything here (tables, CSV, JSON, plots, the ``sizes``
-command) reads it at call time.
+provider in use is the module variable :data:`SIZE_PROVIDER`: :func:`formula_size_row` runs the
+builder shapes-only (no weights assembled, N up to each spec's ``max_n``), checked against real
+builds (:func:`built_size_row`) for N <= 2^20; everything here (tables, CSV, JSON, plots, the
+``sizes`` command) reads it at call time.
 
 Each row is set beside the lower bounds of its task (:mod:`exactformer.verify.lower_bounds`),
 evaluated at the built model's own precision p ("the same precision"), or, for rows not built, at
@@ -33,6 +33,7 @@ from typing import Any, Callable, Iterable
 import numpy as np
 
 from exactformer.constructions import registry
+from exactformer.constructions.assemble import shapes_only
 from exactformer.constructions.export import to_torch
 from exactformer.precision import Format, parse_format
 from exactformer.verify import lower_bounds as lb
@@ -69,6 +70,7 @@ class SizeSpec:
     bounds: tuple[str, ...] | None = None
     claim: str | None = None
     build_max_n: int = BUILD_MAX_N
+    max_n: int = BUILD_MAX_N
     note: str = ""
 
     @property
@@ -86,14 +88,14 @@ class SizeSpec:
 
 _IL = ("rnn-index-lookup", "tracr-index-lookup")
 SIZE_SPECS: dict[str, SizeSpec] = {s.name: s for s in (
-    SizeSpec("index-lookup", "index-lookup", "index-lookup", (("alphabet", 64),), _IL,
+    SizeSpec("index-lookup", "index-lookup", "index-lookup", (("alphabet", 64),), _IL, max_n=1 << 24,
              note="|Sigma| = 64, positions auto"),
     SizeSpec("index-lookup-onehot", "index-lookup", "index-lookup", (("alphabet", 64), ("positions", "onehot")), _IL,
-             claim="index-lookup-onehot", build_max_n=1 << 10,
+             claim="index-lookup-onehot", build_max_n=1 << 10, max_n=1 << 10,
              note="one-hot positions: the naive width-Theta(N) construction of L39 (built up to N = 2^10)"),
-    SizeSpec("equality", "equality", "equality"),
-    SizeSpec("inequality", "inequality", "equality"),
-    SizeSpec("disjointness", "disjointness", "disjointness"),
+    SizeSpec("equality", "equality", "equality", max_n=1 << 24),
+    SizeSpec("inequality", "inequality", "equality", max_n=1 << 24),
+    SizeSpec("disjointness", "disjointness", "disjointness", max_n=1 << 22),
     # a particular random formula has no lower bound of its own: the family's bounds are for the class
     SizeSpec("dnf", "dnf", "threshold", bounds=(), note="default: N/2 seeded random 3-literal terms"),
     SizeSpec("cnf", "cnf", "threshold", bounds=(), note="default: N/2 seeded random 3-literal clauses"),
@@ -102,8 +104,8 @@ SIZE_SPECS: dict[str, SizeSpec] = {s.name: s for s in (
     SizeSpec("nearest-neighbor", "nearest-neighbor", "nearest-neighbor",
              note="d' = 16, margin 1/4, two-code variant, the last query answered"),
     SizeSpec("mqar", "mqar", "nearest-neighbor", build_max_n=1 << 16,
-             note="lean variant, |Sigma| = N, the last query answered (built up to N = 2^16: the dense symbol "
-                  "embedding has |Sigma| rows)"),
+             note="lean variant, |Sigma| = N, the last query answered (the dense embedding tables make a full "
+                  "build above N = 2^16 too large for the reference check)"),
     SizeSpec("match2", "match2", "match2"),
 )}
 
@@ -184,12 +186,29 @@ def built_size_row(spec: SizeSpec, n: int) -> SizeRow:
     return size_row_from_summary(spec.name, summary, "build")
 
 
-#: The provider every table, plot and the ``sizes`` command use. Swap in the builders' formula-only
-#: size path (sizes without materialising, N up to 2^30) by replacing this one line, e.g.
-#:     SIZE_PROVIDER = lambda spec, n: size_row_from_summary(
-#:         spec.name, registry.size(spec.construction, n, **spec.builder_kwargs), "formula")
-#: and keep :func:`built_size_row` as the reference that :func:`compare_providers` checks it against.
-SIZE_PROVIDER: SizeProvider = built_size_row
+@functools.lru_cache(maxsize=512)
+def _shape_summary(construction: str, kwargs: tuple[tuple[str, Any], ...], n: int) -> dict[str, Any]:
+    with shapes_only():
+        return registry.get(construction).builder(n, **dict(kwargs)).summary()
+
+
+def formula_size_row(spec: SizeSpec, n: int) -> SizeRow:
+    """The size of ``spec`` at N = n from its builder run shapes-only (:func:`shapes_only`: the same
+    design searches, layout and block placements, no weight tensor or embedding table assembled;
+    the parameter count is :class:`ModelShape`'s formula), N <= spec.max_n."""
+    if n > spec.max_n:
+        raise SizeUnavailable(f"not computed: N > 2^{spec.max_n.bit_length() - 1} for {spec.name}")
+    try:
+        summary = _shape_summary(spec.construction, spec.kwargs, n)
+    except ValueError as e:  # the builder's own range check or search (e.g. no format up to 48 bits)
+        raise SizeUnavailable(f"not built: {e}") from None
+    return size_row_from_summary(spec.name, summary, "formula")
+
+
+#: The provider every table, plot and the ``sizes`` command use: the shapes-only path, checked
+#: against :func:`built_size_row` (real builds) by :func:`compare_providers` for N <= 2^20
+#: (``benchmarks/check_size_formulas.py``; tests/test_sizes.py for small N).
+SIZE_PROVIDER: SizeProvider = formula_size_row
 
 
 def _provider(provider: SizeProvider | None) -> SizeProvider:
