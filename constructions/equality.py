@@ -38,8 +38,8 @@ from exactformer.constructions.ir import CompiledModel, Param
 from exactformer.constructions.position_codes import position_codes
 from exactformer.constructions.registry import construction
 from exactformer.constructions.task import TaskError
-from exactformer.constructions.precision_search import designed_for
-from exactformer.constructions.two_layer import MODES, kc_equivalent, paper_eta, readout, resolve, smallest_eta
+from exactformer.constructions.two_layer import (MODES, arithmetics_param, kc_equivalent, paper_eta, readout, resolve,
+                                                 smallest_eta)
 from exactformer.precision import Format
 
 THEOREM = "Thm 6 (App. F.2), Bhattamishra et al. 2024"
@@ -124,9 +124,7 @@ def _build(n: int, positions: Any, eta: Any, precision: Any, max_inner: Fraction
         "heads": Param(1, "one head per layer"),
         "precision": Param(fmt.name, notes["precision"]),
         "precision_bits": Param(bits, "bits of one number in the format (sign included)"),
-        "arithmetics": Param(designed_for(fmt, notes["robust"]), "the arithmetics the sufficient conditions were checked in "
-                             + (("(robust build" + (f"; {notes['floats_dropped']}" if "floats_dropped" in notes else "") + ")")
-                                if notes["robust"] else "(fixed-point only: eta minimal)")),
+        "arithmetics": arithmetics_param(fmt, notes),
         "size_bits": Param(model.size_bits(bits), "parameters (code rows generated, not stored) x precision_bits"),
         "paper_k": Param(getattr(code, "paper_k", None), "ceil(8 ln(2N) / mu^2) (Lemma 2)"),
     }

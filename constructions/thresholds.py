@@ -43,8 +43,7 @@ from exactformer.constructions.equality import code_for, etas_by_mode
 from exactformer.constructions.ir import CompiledModel, Param
 from exactformer.constructions.position_codes import CodeView
 from exactformer.constructions.registry import construction
-from exactformer.constructions.precision_search import designed_for
-from exactformer.constructions.two_layer import kc_equivalent, paper_eta, readout, resolve
+from exactformer.constructions.two_layer import arithmetics_param, kc_equivalent, paper_eta, readout, resolve
 from exactformer.precision import Format
 
 THEOREM = "Thm 13 (App. F.3), Bhattamishra et al. 2024"
@@ -190,9 +189,7 @@ def _build(n: int, features: Sequence[Any], b: int | None, g: Any, k: int | None
         "heads": Param(k, "k heads in layer 1, one in layer 2"),
         "precision": Param(fmt.name, notes["precision"]),
         "precision_bits": Param(bits, "bits of one number in the format (sign included)"),
-        "arithmetics": Param(designed_for(fmt, notes["robust"]), "the arithmetics the sufficient conditions were checked in "
-                             + (("(robust build" + (f"; {notes['floats_dropped']}" if "floats_dropped" in notes else "") + ")")
-                                if notes["robust"] else "(fixed-point only: eta minimal)")),
+        "arithmetics": arithmetics_param(fmt, notes),
         "size_bits": Param(model.size_bits(bits), "parameters (code rows generated, not stored) x precision_bits"),
         "paper_k": Param(getattr(code, "paper_k", None), "ceil(8 ln(2(N+1)) / mu^2) (Lemma 2)"),
     }

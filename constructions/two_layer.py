@@ -21,9 +21,9 @@ from typing import Any
 import numpy as np
 
 from exactformer.constructions.blocks.retrieve import RetrieveByPosition
-from exactformer.constructions.precision_search import (FLOAT_FALLBACKS, arithmetics_for, fewest_bits, float_arithmetic,
-                                                        float_set, given_eta,
-                                                        smallest_grid_eta)
+from exactformer.constructions.ir import Param
+from exactformer.constructions.precision_search import (FLOAT_FALLBACKS, arithmetics_for, designed_for, fewest_bits,
+                                                        float_arithmetic, float_set, given_eta, smallest_grid_eta)
 from exactformer.precision import FixedPoint, Format, parse_format
 from exactformer.precision.boxes import Box, FixedArithmetic
 
@@ -239,3 +239,10 @@ def _hint(check, err) -> str:
         return f"the smallest precision that works is {fmt.name} (eta = {eta})"
     except err:
         return "no binary format up to 48 bits works"
+
+
+def arithmetics_param(fmt: Format, notes: dict[str, Any]) -> Param:
+    """The ``arithmetics`` parameter of a two-layer build from :func:`resolve`'s notes."""
+    return Param(designed_for(fmt, notes["robust"]), "the arithmetics the sufficient conditions were checked in "
+                 + (("(robust build" + (f"; {notes['floats_dropped']}" if "floats_dropped" in notes else "") + ")")
+                    if notes["robust"] else "(fixed-point only: eta minimal)"))
