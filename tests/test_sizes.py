@@ -27,9 +27,10 @@ CHEAP = [1 << e for e in range(4, 9)]
 
 
 def cheap_provider(spec: sz.SizeSpec, n: int) -> sz.SizeRow:
+    """The provider in use (what the committed data comes from), for N <= 2^8 only."""
     if n > CHEAP_MAX_N:
         raise sz.SizeUnavailable("not rebuilt in the tests")
-    return sz.built_size_row(spec, n)
+    return sz.SIZE_PROVIDER(spec, n)
 
 
 # ------------------------------------------------------------------------------------------------
