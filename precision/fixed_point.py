@@ -42,6 +42,16 @@ def _check_int(v, pname: str, lo: int, what: str) -> int:
 
 
 
+def _object_minmax(a: np.ndarray) -> tuple[int, int]:
+    """min and max of a non-empty object array of integers: through int64 in one C pass when every
+    value fits (the common case: formats wider than int64 hold mostly small values), else in Python."""
+    try:
+        v = a.astype(np.int64)
+    except OverflowError:
+        flat = a.reshape(-1).tolist()
+        return int(min(flat)), int(max(flat))
+    return int(v.min()), int(v.max())
+
 def _size(x) -> int:
     """Number of entries of a numpy array, torch tensor or scalar."""
     return int(x.numel()) if hasattr(x, "numel") else int(np.size(x))
@@ -338,16 +348,19 @@ class FixedPoint(Format):
                         "(numpy int64, or object arrays of Python ints); use quantize to convert values")
                 if k == "O":
                     flat = arr.reshape(-1).tolist()
-                    for v in flat:
-                        if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
-                            raise RawTypeError(
-                                f"{op}: argument {pname} contains {type(v).__name__} {v!r}; raw values of "
-                                f"{self.name} are integers (use quantize to convert values)")
-                    flat = [int(v) for v in flat]
-                    mn, mx = (min(flat), max(flat)) if flat else (0, 0)
+                    types = set(map(type, flat))  # one C-level pass; the element loop only on a bad type
+                    if any(t is bool or not issubclass(t, (int, np.integer)) for t in types):
+                        v = next(v for v in flat if isinstance(v, bool) or not isinstance(v, (int, np.integer)))
+                        raise RawTypeError(
+                            f"{op}: argument {pname} contains {type(v).__name__} {v!r}; raw values of "
+                            f"{self.name} are integers (use quantize to convert values)")
+                    plain = types <= {int}
+                    if not plain:
+                        flat = [int(v) for v in flat]
+                    mn, mx = (0, 0) if not flat else _object_minmax(arr) if plain else (min(flat), max(flat))
                     if self.int64_mode and mn >= self.min_raw and mx <= self.max_raw:
                         arr = arr.astype(np.int64)
-                    elif not self.int64_mode:
+                    elif not self.int64_mode and not plain:
                         arr = np.array(flat, dtype=object).reshape(arr.shape) if flat else arr
                 else:
                     if k == "u" and arr.dtype.itemsize >= 8 and arr.size and int(arr.max()) > self.max_raw:
@@ -395,11 +408,12 @@ class FixedPoint(Format):
         return self._sat(NP, r)
 
     def _sat_obj(self, r: np.ndarray):
+        if r.size == 0:
+            return r, 0
+        mn, mx = _object_minmax(r)
+        if mn >= self.min_raw and mx <= self.max_raw:
+            return r, 0
         flat = r.reshape(-1).tolist()
-        if not flat:
-            return r, 0
-        if min(flat) >= self.min_raw and max(flat) <= self.max_raw:
-            return r, 0
         n = 0
         lo, hi = self.min_raw, self.max_raw
         out = np.empty(r.shape, dtype=object)
@@ -430,11 +444,20 @@ class FixedPoint(Format):
     # ---- elementwise ops -------------------------------------------------------------------------
     def add(self, a, b):
         """a + b exactly, then saturated."""
-        return self._run("add", lambda xp, x, bd: self._sat(xp, x[0] + x[1]) + (0,), (a, b), ("a", "b"))
+        return self._run("add", lambda xp, x, bd: self._sat_within(xp, x[0] + x[1], bd[0].lo + bd[1].lo,
+                                                                   bd[0].hi + bd[1].hi), (a, b), ("a", "b"))
 
     def sub(self, a, b):
         """a - b exactly, then saturated."""
-        return self._run("sub", lambda xp, x, bd: self._sat(xp, x[0] - x[1]) + (0,), (a, b), ("a", "b"))
+        return self._run("sub", lambda xp, x, bd: self._sat_within(xp, x[0] - x[1], bd[0].lo - bd[1].hi,
+                                                                   bd[0].hi - bd[1].lo), (a, b), ("a", "b"))
+
+    def _sat_within(self, xp, r, lo: int, hi: int):
+        """(r, saturations, 0) for a result known to lie in [lo, hi]: no scan when that is inside the
+        format (object arrays scan element by element in Python)."""
+        if lo >= self.min_raw and hi <= self.max_raw:
+            return r, 0, 0
+        return self._sat(xp, r) + (0,)
 
     def neg(self, a):
         """-a exactly, then saturated (-min_raw may exceed max_raw)."""

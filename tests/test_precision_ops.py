@@ -275,3 +275,24 @@ def test_paper_grid_beyond_int64():
     got = f.matmul(M, M)
     ref, s, u = g.matmul(M.tolist(), M.tolist())
     assert got.tolist() == ref and (f.counts.saturations, f.counts.underflows) == (s, u)
+
+
+def test_object_format_add_sub_saturate_exactly_and_skip_scans_only_inside_the_range():
+    """Formats wider than int64 (object arrays): add/sub saturate and count exactly whether the
+    operands' bounds put the result inside the range (no scan) or not; min/max of object arrays
+    agree whether or not every value fits int64."""
+    from exactformer.precision import parse_format
+    from exactformer.precision.fixed_point import _object_minmax
+
+    f = parse_format("paper:n=1024,kc=4")  # raw values up to ~2^80
+    top = f.max_raw
+    a = np.array([top - 1, 5, -3, top], dtype=object)
+    b = np.array([2, 1, -1, 0], dtype=object)
+    f.reset_counts()
+    r = f.add(a, b)
+    assert [int(v) for v in r] == [top, 6, -4, top] and f.counts.as_dict()["saturations"] == 1
+    f.reset_counts()
+    r = f.sub(np.array([1, 2], dtype=object), np.array([1, -3], dtype=object))
+    assert [int(v) for v in r] == [0, 5] and f.counts.as_dict()["saturations"] == 0
+    assert _object_minmax(np.array([3, -(1 << 70), 1 << 71], dtype=object)) == (-(1 << 70), 1 << 71)
+    assert _object_minmax(np.array([[3, -7], [2, 9]], dtype=object)) == (-7, 9)
