@@ -23,6 +23,7 @@ import torch
 
 import exactformer as xf
 from exactformer.constructions.export_float import ArithmeticWarning
+from exactformer.verify.executor import decode_logits
 from exactformer.verify.torch_run import run_torch
 
 CONSTRUCTIONS = ("index-lookup", "equality", "inequality", "disjointness", "dnf", "cnf", "threshold",
@@ -50,9 +51,7 @@ def lens_runner(m, dtype):
         for s in range(0, len(tokens), 16):
             with torch.no_grad():
                 logits = bridge(torch.as_tensor(tokens[s:s + 16]))[:, pos].double()
-            top = logits.topk(2, dim=-1)
-            tie = (top.values[..., 0] == top.values[..., 1]).numpy()
-            out += [[None if t else m.answers[int(i)] for i, t in zip(r, tr)] for r, tr in zip(top.indices[..., 0].numpy(), tie)]
+            out += decode_logits(m.compiled, logits.numpy())[0]  # strict argmax; ties answer None
         return out
     return run
 

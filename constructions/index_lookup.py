@@ -64,11 +64,7 @@ def retrieval_holds(fmt: Format, eta: Fraction, mu: Fraction, n: int, gram: Frac
                     robust: bool | tuple[str, ...] = False) -> bool:
     """The sufficient condition: the worst row of N+1 keys puts >= 3/4 on the target and <= 1/4
     elsewhere, in the format (and, when ``robust``, in exact reals, float64 and float32 too)."""
-    for arith in arithmetics_for(fmt, robust):
-        target, rest = RetrieveByPosition.worst_case(arith, eta, mu, n + 1, gram)
-        if not (target >= 1 - BitThreshold.TOLERANCE and rest <= BitThreshold.TOLERANCE):
-            return False
-    return True
+    return RetrieveByPosition.selects(arithmetics_for(fmt, robust), eta, mu, n + 1, gram, tol=BitThreshold.TOLERANCE)
 
 
 class IndexLookupTask(Task):
@@ -291,25 +287,24 @@ def _precision_and_eta(n: int, gram: Fraction, mu: Fraction, m: int, eta: Any,
 
     if isinstance(precision, str):
         precision = parse_format(precision)
-    if precision is None and robust:  # float32, then float64, dropped where no format up to 48 bits allows them
-        for robust in FLOAT_FALLBACKS[:-1]:
+    searched, auto = precision is None, None
+    if searched:  # float32, then float64, dropped where no format up to 48 bits allows them
+        options = FLOAT_FALLBACKS if robust else ((),)
+        for i, robust in enumerate(options):
             try:
-                fewest_bits(best_eta, max_bits=48, err=IndexLookupError)
+                precision, auto = fewest_bits(best_eta, max_bits=48, err=IndexLookupError)
                 break
             except IndexLookupError:
-                continue
-        else:
-            robust = False
+                if i == len(options) - 1:
+                    raise
+    elif precision.is_exact:
+        auto = best_eta(precision)
     floats = ", ".join(float_set(robust))
     formulas = {"eta": "smallest grid value (multiple of step/gram) with target weight >= 3/4 and rest <= 1/4 "
                        "in the worst row the code's mu allows, in the format" + (f" and {floats}" if floats else
                                                                                  " only (fixed-point)"),
-                "precision": "given"}
-    if precision is None:
-        precision, auto = fewest_bits(best_eta, max_bits=48, err=IndexLookupError)
-        formulas["precision"] = "fewest-bit binary format in which that eta exists (ties: smallest eta)"
-    else:
-        auto = best_eta(precision) if precision.is_exact else None
+                "precision": "fewest-bit binary format in which that eta exists (ties: smallest eta)" if searched
+                else "given"}
     if eta is not None:
         eta = given_eta(eta, IndexLookupError)
         formulas["eta"] = "given"

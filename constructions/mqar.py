@@ -90,17 +90,6 @@ def lean_holds(fmt: Format, eta1: Fraction, code: Any, n: int) -> Fraction | Non
     return eta1 if target >= TARGET and rest <= REST else None
 
 
-def floats_hold(eta: Fraction, mu: Fraction, n_keys: int, gram: Fraction, offset: Fraction = Fraction(0)) -> bool:
-    """The retrieval row bound (target >= 3/4, the rest <= 1/4 for ``n_keys`` keys with logits at
-    most eta mu) in exact reals, float64 and float32, the logits' float error included: the float
-    half of a robust build's sufficient condition (the fixed-point half is the layer's own)."""
-    for name in FLOAT_ARITHMETICS:
-        target, rest = RetrieveByPosition.worst_case(float_arithmetic(name), eta, mu, n_keys, gram, offset)
-        if not (target >= TARGET and rest <= REST):
-            return False
-    return True
-
-
 class MQARTask(Task):
     """MQAR (module docstring). Natural input ``(symbols, labels)``: N ints in [0, |Sigma|) and N - 1
     labels. Arrays: symbols [B, N], labels [B, N - 1]; truths [B, A]."""
@@ -327,14 +316,16 @@ def lean_design(n: int, S: int, eta1: Fraction | None = None, eta2: Fraction | N
 
     mu1, mu2 = (Fraction(code_range(c)[1], code_range(c)[2]) for c in (code, code2))
     gram2 = Fraction(code2.gram_scale)
+    floats = [float_arithmetic(a) for a in FLOAT_ARITHMETICS]  # the float half of a robust build's condition
 
     def layer1(f: Format, e: Fraction) -> bool:
         # robust: the row bound also in exact reals, float64 and float32, every key of the prefix
         # at most eta1 mu1, the flag term eta1 c_label inside the dot product's error bound
-        return lean_holds(f, e, code, n) is not None and (eta1 is not None or floats_hold(e, mu1, T, gram, Fraction(1)))
+        return lean_holds(f, e, code, n) is not None and (eta1 is not None or RetrieveByPosition.selects(
+            floats, e, mu1, T, gram, Fraction(1)))
 
     def layer2(f: Format, e: Fraction) -> bool:
-        return layer2_holds(f, e, code2, T) and (eta2 is not None or floats_hold(e, mu2, T, gram2))
+        return layer2_holds(f, e, code2, T) and (eta2 is not None or RetrieveByPosition.selects(floats, e, mu2, T, gram2))
 
     def check(f: Format) -> tuple[Fraction, Fraction] | None:
         if eta1 is not None:

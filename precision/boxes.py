@@ -458,7 +458,7 @@ class FloatArithmetic(Arithmetic):
         terms = Box(np.concatenate([one[:, None], e.lo], axis=1), np.concatenate([one[:, None], e.hi], axis=1))
         Z = self.sum(terms, axis=1, counts=np.concatenate([one[:, None], counts], axis=1))
         if not np.all(np.asarray(Z.lo) > 0):  # the a-priori summation bound is vacuous (n u >= 1)
-            return Box(np.zeros_like(one), one), Box(np.where(present, 0.0, 0.0), np.where(present, 1.0, 0.0))
+            return Box(np.zeros_like(one), one), Box(np.zeros(present.shape), present.astype(np.float64))
         # torch divides by Z, or multiplies by a rounded 1/Z (its vectorised CPU kernel): two roundings
         r = self.div(Box(one, one), Z)
         w_t = self.mul(Box(one, one), r)

@@ -40,8 +40,6 @@ def _check_int(v, pname: str, lo: int, what: str) -> int:
     return v
 
 
-
-
 def _object_minmax(a: np.ndarray) -> tuple[int, int]:
     """min and max of a non-empty object array of integers: through int64 in one C pass when every
     value fits (the common case: formats wider than int64 hold mostly small values), else in Python."""
@@ -52,9 +50,11 @@ def _object_minmax(a: np.ndarray) -> tuple[int, int]:
         return int(min(flat)), int(max(flat))
     return int(v.min()), int(v.max())
 
+
 def _size(x) -> int:
     """Number of entries of a numpy array, torch tensor or scalar."""
     return int(x.numel()) if hasattr(x, "numel") else int(np.size(x))
+
 
 @functools.lru_cache(maxsize=32)
 def _numpy_exp_table(S: int, M: int, min_raw: int, nearest: bool) -> tuple[int, np.ndarray, int] | None:

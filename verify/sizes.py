@@ -19,6 +19,7 @@ small built models, each with the CSV of the numbers it draws.
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import functools
 import io
@@ -170,39 +171,33 @@ def size_row_from_summary(spec_name: str, summary: dict[str, Any], source: str) 
                    source)
 
 
-@functools.lru_cache(maxsize=512)
-def _built_summary(construction: str, kwargs: tuple[tuple[str, Any], ...], n: int) -> dict[str, Any]:
-    return registry.get(construction).builder(n, **dict(kwargs)).summary()
+@functools.lru_cache(maxsize=1024)
+def _summary(construction: str, kwargs: tuple[tuple[str, Any], ...], n: int, shapes: bool) -> dict[str, Any]:
+    with shapes_only() if shapes else contextlib.nullcontext():
+        return registry.get(construction).builder(n, **dict(kwargs)).summary()
+
+
+def _size_row(spec: SizeSpec, n: int, shapes: bool) -> SizeRow:
+    limit, source, verb = (spec.max_n, "formula", "computed") if shapes else (spec.build_max_n, "build", "built")
+    if n > limit:
+        raise SizeUnavailable(f"not {verb}: N > 2^{limit.bit_length() - 1} for {spec.name}")
+    try:
+        summary = _summary(spec.construction, spec.kwargs, n, shapes)
+    except ValueError as e:  # the builder's own range check or search (e.g. no format up to 48 bits)
+        raise SizeUnavailable(f"not built: {e}") from None
+    return size_row_from_summary(spec.name, summary, source)
 
 
 def built_size_row(spec: SizeSpec, n: int) -> SizeRow:
     """Build ``spec`` at N = n and read its size (N <= spec.build_max_n)."""
-    if n > spec.build_max_n:
-        raise SizeUnavailable(f"not built: N > 2^{spec.build_max_n.bit_length() - 1} for {spec.name}")
-    try:
-        summary = _built_summary(spec.construction, spec.kwargs, n)
-    except ValueError as e:  # the builder's own range check (e.g. odd N for a halves task)
-        raise SizeUnavailable(f"not built: {e}") from None
-    return size_row_from_summary(spec.name, summary, "build")
-
-
-@functools.lru_cache(maxsize=512)
-def _shape_summary(construction: str, kwargs: tuple[tuple[str, Any], ...], n: int) -> dict[str, Any]:
-    with shapes_only():
-        return registry.get(construction).builder(n, **dict(kwargs)).summary()
+    return _size_row(spec, n, shapes=False)
 
 
 def formula_size_row(spec: SizeSpec, n: int) -> SizeRow:
     """The size of ``spec`` at N = n from its builder run shapes-only (:func:`shapes_only`: the same
     design searches, layout and block placements, no weight tensor or embedding table assembled;
     the parameter count is :class:`ModelShape`'s formula), N <= spec.max_n."""
-    if n > spec.max_n:
-        raise SizeUnavailable(f"not computed: N > 2^{spec.max_n.bit_length() - 1} for {spec.name}")
-    try:
-        summary = _shape_summary(spec.construction, spec.kwargs, n)
-    except ValueError as e:  # the builder's own range check or search (e.g. no format up to 48 bits)
-        raise SizeUnavailable(f"not built: {e}") from None
-    return size_row_from_summary(spec.name, summary, "formula")
+    return _size_row(spec, n, shapes=True)
 
 
 #: The provider every table, plot and the ``sizes`` command use: the shapes-only path, checked

@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from exactformer.constructions.blocks.base import Block, CertContext, Unproven, register
-from exactformer.constructions.views import Box, Count, Group, State, Var
+from exactformer.constructions.views import Box, Count, Group, State, Var, unique_rows
 from exactformer.constructions.views_ops import value_tables
 
 
@@ -54,7 +54,7 @@ class UniformAverage(Block):
         dv = V["vdims"].size
         rows_of = [np.concatenate([np.asarray(w.lo).reshape(-1, dv), np.asarray(w.hi).reshape(-1, dv)], axis=1)
                    for w in weighted]
-        boxes = _unique_rows(np.concatenate(rows_of))
+        boxes = unique_rows(np.concatenate(rows_of))[0]
         cluster, hulls = _two_clusters(boxes, dv)
         ctx.details.setdefault("heads", []).append({"layer": layer, "head": head, "block": type(self).__name__,
                                                     "uniform_weight": str(arith.to_fraction(np.asarray(a.lo))),
@@ -107,15 +107,3 @@ def _two_clusters(boxes: np.ndarray, dv: int) -> tuple[np.ndarray, np.ndarray]:
     hull = lambda idx: np.concatenate([boxes[idx, :dv].min(axis=0), boxes[idx, dv:].max(axis=0)])  # noqa: E731
     return cluster, np.stack([hull(low), hull(up)])
 
-
-def _unique_rows(a: np.ndarray) -> np.ndarray:
-    """The distinct rows of ``a``, sorted lexicographically (np.unique(axis=0), which refuses the
-    object arrays of formats wider than int64)."""
-    if a.dtype != object:
-        return np.unique(a, axis=0)
-    out = np.empty((0, a.shape[1]), dtype=object)
-    rows = sorted(set(map(tuple, a.tolist())))
-    if rows:
-        out = np.empty((len(rows), a.shape[1]), dtype=object)
-        out[:] = rows
-    return out

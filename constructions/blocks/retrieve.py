@@ -86,6 +86,17 @@ class RetrieveByPosition(Block):
 
     # ---- the sufficient condition (builder side) ---------------------------------------------------
     @staticmethod
+    def selects(ariths: Any, eta: Fraction, mu: Fraction, n_keys: int, gram: Fraction | None = None,
+                offset: Fraction = Fraction(0), tol: Fraction = Fraction(1, 4)) -> bool:
+        """The row bound of :meth:`worst_case` in every arithmetic of ``ariths``: the target keeps
+        >= 1 - tol of the weight and the other keys <= tol together."""
+        for arith in ariths:
+            target, rest = RetrieveByPosition.worst_case(arith, eta, mu, n_keys, gram, offset)
+            if not (target >= 1 - tol and rest <= tol):
+                return False
+        return True
+
+    @staticmethod
     def worst_case(arith: Any, eta: Fraction, mu: Fraction, n_keys: int, gram: Fraction | None = None,
                    offset: Fraction = Fraction(0)) -> tuple[Fraction, Fraction]:
         """(lower bound on the target weight, upper bound on the other keys' total weight) for any
