@@ -35,7 +35,8 @@ from exactformer.constructions.blocks.retrieve import RetrieveByPosition
 from exactformer.constructions.ir import CompiledModel, Param
 from exactformer.constructions.position_codes import position_codes
 from exactformer.constructions.precision_search import (FLOAT_ARITHMETICS, FLOAT_FALLBACKS, arithmetics_for, designed_for,
-                                                        fewest_bits, float_set, given_eta, smallest_grid_eta)
+                                                        fewest_bits, float_set, given_eta, smallest_grid_eta,
+                                                        smallest_works)
 from exactformer.constructions.spec import Select
 from exactformer.constructions.registry import construction
 from exactformer.constructions.task import Batch, Domains, Task, TaskError
@@ -314,11 +315,6 @@ def _precision_and_eta(n: int, gram: Fraction, mu: Fraction, m: int, eta: Any,
         formulas["eta"] = "smallest multiple of 1/4 with the sufficient condition in exact reals, float64 and float32"
         return precision, e if e is not None else Fraction(math.ceil(paper_eta(n) * 4), 4), formulas, True
     if auto is None:
-        try:
-            best, e = fewest_bits(best_eta, max_bits=48, err=IndexLookupError)
-            hint = f"the smallest precision that works is {best.name} (eta = {e})"
-        except IndexLookupError:
-            hint = "no binary format up to 48 bits works"
         raise IndexLookupError(f"precision {precision.name}: no representable eta satisfies the sufficient condition "
-                               f"for n={n}, mu={mu}; {hint}")
+                               f"for n={n}, mu={mu}; {smallest_works(best_eta, IndexLookupError)}")
     return precision, auto, formulas, robust

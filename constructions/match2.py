@@ -36,7 +36,7 @@ from exactformer.constructions.mpc_tasks import (
     match2_draw,
     match2_truth,
 )
-from exactformer.constructions.precision_search import fewest_bits, given_eta
+from exactformer.constructions.precision_search import fewest_bits, given_eta, smallest_works
 from exactformer.constructions.registry import construction
 from exactformer.constructions.spec import ExistsMatch
 from exactformer.constructions.task import Batch, Domains, Task, TaskError
@@ -295,11 +295,7 @@ def _precision_and_eta(n: int, b: int, eta: Any, precision: Any) -> tuple[Format
         notes["eta"] = "ceil(4 ln(8(N+1))) / 4 (float format: e^-eta (N+1) <= 1/8)"
         return precision, Fraction(math.ceil(4 * real_eta(n)), 4), notes
     if auto is None:
-        try:
-            best, e = fewest_bits(lambda f: _eta_for(f, b, n), max_bits=48, err=Match2Error)
-            hint = f"the smallest precision that works is {best.name} (eta = {e})"
-        except Match2Error:
-            hint = "no binary format up to 48 bits works"
         raise Match2Error(f"precision {precision.name}: no grid eta satisfies the lowering condition at c_max = N = {n} "
-                          f"(eta > ln S, S >= N, N S <= max, eta b <= max); {hint}")
+                          f"(eta > ln S, S >= N, N S <= max, eta b <= max); "
+                          f"{smallest_works(lambda f: _eta_for(f, b, n), Match2Error)}")
     return precision, auto, notes

@@ -44,7 +44,7 @@ from exactformer.constructions.nearest_neighbor import (MAX_N, QUERIES, NearestN
                                                         address_tail, answer_positions, build, code_range, design,
                                                         label_positions, layer2_holds, smallest_code, value_scale)
 from exactformer.constructions.precision_search import (FLOAT_ARITHMETICS, designed_for, fewest_bits,
-                                                         float_arithmetic, smallest_grid_eta)
+                                                         float_arithmetic, smallest_grid_eta, smallest_works)
 from exactformer.constructions.registry import construction
 from exactformer.constructions.spec import NearestLabel
 from exactformer.constructions.task import Batch, Domains, Task
@@ -345,7 +345,8 @@ def lean_design(n: int, S: int, eta1: Fraction | None = None, eta2: Fraction | N
     else:
         found = check(fmt)
         if found is None:
-            raise MQARError(f"precision {fmt.name}: no representable eta1, eta2 satisfy the sufficient conditions")
+            raise MQARError(f"precision {fmt.name}: no representable eta1, eta2 satisfy the sufficient conditions; "
+                            + smallest_works(check, MQARError))
         (e1, e2), how = found, "given"
     return code, code2, fmt, e1, e2, how
 

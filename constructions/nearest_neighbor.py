@@ -47,7 +47,7 @@ from exactformer.constructions.blocks.readout import SymbolReadout
 from exactformer.constructions.blocks.retrieve import RetrieveByPosition
 from exactformer.constructions.ir import CompiledModel, ExactTensor, Inputs, Param, VectorInput
 from exactformer.constructions.position_codes import OneHotCode, ReedSolomonCode, CodeView
-from exactformer.constructions.precision_search import fewest_bits, smallest_grid_eta
+from exactformer.constructions.precision_search import fewest_bits, smallest_grid_eta, smallest_works
 from exactformer.constructions.registry import construction
 from exactformer.constructions.spec import NearestLabel
 from exactformer.constructions.task import Batch, Domains, Task, TaskError
@@ -256,7 +256,8 @@ def design(n: int, d_in: int, margin: Fraction, variant: str, labels: int, c_sel
         found = check(fmt)
         if found is None:
             raise NearestNeighborError(f"precision {fmt.name}: no representable eta1, eta2 satisfy the sufficient "
-                                       f"conditions for n={n}, margin={g} (try more bits, or omit precision)")
+                                       f"conditions for n={n}, margin={g}; "
+                                       + smallest_works(check, NearestNeighborError, min_frac=input_frac_bits))
         e1, e2 = found
         dz.formulas["precision"] = "given"
     dz.fmt, dz.eta1, dz.eta2 = fmt, e1, e2

@@ -99,3 +99,15 @@ def fewest_bits(check: Callable[[Format], Any], max_bits: int = 48, err: type[Ex
             v, _, fmt = min(found, key=lambda t: (t[0], t[1]))
             return fmt, v
     raise err(f"no binary format with at most {max_bits} bits satisfies the sufficient condition")
+
+
+def smallest_works(check: Callable[[Format], Any], err: type[Exception], **kw: Any) -> str:
+    """For a "this precision does not work" message: the fewest-bit format that does (and what the
+    check returned there, the eta), or that none up to 48 bits does."""
+    try:
+        fmt, found = fewest_bits(check, max_bits=48, err=err, **kw)
+    except err:
+        return "no binary format up to 48 bits works"
+    shown = (", ".join(f"eta{i} = {v}" for i, v in enumerate(found, 1)) if isinstance(found, tuple)
+             else f"eta = {found}")
+    return f"the smallest precision that works is {fmt.name} ({shown})"

@@ -23,7 +23,8 @@ import numpy as np
 from exactformer.constructions.blocks.retrieve import RetrieveByPosition
 from exactformer.constructions.ir import Param
 from exactformer.constructions.precision_search import (FLOAT_FALLBACKS, arithmetics_for, designed_for, fewest_bits,
-                                                        float_arithmetic, float_set, given_eta, smallest_grid_eta)
+                                                        float_arithmetic, float_set, given_eta, smallest_grid_eta,
+                                                        smallest_works)
 from exactformer.precision import FixedPoint, Format, parse_format
 from exactformer.precision.boxes import Box, FixedArithmetic
 
@@ -194,11 +195,11 @@ def resolve(n: int, T: int, gram: Fraction, mu: Fraction, eta: Any, precision: A
                     raise err(f"precision {fmt.name}: the second layer's uniform weight round(1/{T}) is 0 or the "
                               f"readout constants are not representable (the step must be <= 1/{T})"
                               + (" or do not separate the counts in " + ", ".join(floats) if floats else "")
-                              + f"; {_hint(check, err)}")
+                              + f"; {smallest_works(check, err)}")
                 if fmt.is_exact and auto is None and eta is None:
                     raise err(f"precision {fmt.name}: no representable eta makes the first layer's attention {mode} "
                               f"for T={T}, Gram scale {gram}, mu={mu}" + (f" (and within {tol_f} in "
-                              + ", ".join(floats) + ")" if floats else "") + f"; {_hint(check, err)}")
+                              + ", ".join(floats) + ")" if floats else "") + f"; {smallest_works(check, err)}")
             break
         except err:
             if floats == want[-1]:
@@ -232,13 +233,6 @@ def resolve(n: int, T: int, gram: Fraction, mu: Fraction, eta: Any, precision: A
                        else " (fixed-point only: minimal)"))
     return precision, auto, notes
 
-
-def _hint(check, err) -> str:
-    try:
-        fmt, eta = fewest_bits(check, max_bits=48, err=err)
-        return f"the smallest precision that works is {fmt.name} (eta = {eta})"
-    except err:
-        return "no binary format up to 48 bits works"
 
 
 def arithmetics_param(fmt: Format, notes: dict[str, Any]) -> Param:

@@ -271,3 +271,11 @@ def test_export_round_trip_and_transformer_lens(tmp_path):
     answers = logits[:, list(m2.compiled.answer_positions)].argmax(-1).numpy()
     assert np.array_equal(answers, b.truth)
     shutil.rmtree(out)
+
+
+@pytest.mark.parametrize("name,kw", [("nearest-neighbor", dict(n=16, precision="binary:int=3,frac=2")),
+                                     ("mqar", dict(n=64, precision="binary:int=2,frac=1"))])
+def test_too_few_bits_names_the_smallest_precision_that_works(name, kw):
+    with pytest.raises(ValueError, match=r"precision binary:int=\d,frac=\d: .*the smallest precision that works is "
+                                         r"binary:int=\d+,frac=\d+ \(eta1 = [\d/]+, eta2 = [\d/]+\)"):
+        xf.build(name, **kw)
