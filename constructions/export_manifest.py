@@ -28,7 +28,7 @@ from safetensors import safe_open
 
 from exactformer.constructions import registry
 from exactformer.constructions.assemble import Placement
-from exactformer.constructions.blocks.base import Block
+from exactformer.constructions.blocks import block_from_json
 from exactformer.constructions.ir import Param, VectorInput
 
 FORMAT_NAME = "exactformer-export"
@@ -177,7 +177,7 @@ def _placement_json(p: Placement) -> dict[str, Any]:
 
 def _placement_from_json(d: dict[str, Any]) -> Placement:
     index = d["index"]
-    return Placement(Block.from_json(d["block"]), d["kind"], int(d["layer"]),
+    return Placement(block_from_json(d["block"]), d["kind"], int(d["layer"]),
                      tuple(index) if isinstance(index, list) else index)
 
 

@@ -19,17 +19,16 @@ import sys
 import numpy as np
 import pytest
 
-import exactformer as xf
 import exactformer.verify.executor as executor
 from exactformer.constructions.equality import equality, inequality
 from exactformer.constructions.index_lookup import index_lookup
 from exactformer.constructions.ir import ExactTensor
-from exactformer.constructions import registry
 from exactformer.constructions.registry import task_of
 from exactformer.constructions.thresholds import disjointness, k_cnf
 from exactformer.precision import FixedPoint, parse_format
 from exactformer.verify.forward import forward_reference
 from random_models import random_model
+from registered import small_build, weight_constructions
 
 
 def encode(model, *arrays):
@@ -52,22 +51,16 @@ def _constructions():
         yield name, m, encode(m, rng.integers(0, 2, (12, 8)))
 
 
-#: small builds of every registered weight construction (EMA programs have their own state tests)
-SMALL = {"index-lookup": dict(n=16, alphabet=4), "nearest-neighbor": dict(n=8), "mqar": dict(n=8), "match2": dict(n=8)}
-
-
 def _registered_inputs(name: str, seed: int = 0):
     """The build of ``name`` at a small n and 12 inputs: sampled and the task's adversarial ones."""
-    m = xf.build(name, **SMALL.get(name, dict(n=8))).compiled
+    m = small_build(name).compiled
     task = task_of(m)
     batches = list(task.sample(m, 6, seed)) + list(task.adversarial(m, 6, seed + 1))
     return m, batches
 
 
 def _registered():
-    for name in registry.names():
-        if not isinstance(xf.build(name, **SMALL.get(name, dict(n=8))), xf.Model):
-            continue
+    for name in weight_constructions():
         m, batches = _registered_inputs(name)
         for i, b in enumerate(batches):
             yield f"registered-{name}-{i}", m, b.tokens
@@ -130,7 +123,7 @@ def test_every_construction_gives_the_same_logits_in_a_fresh_process():
     """Every registered weight construction: built, its inputs drawn (same seeds) and run in a
     fresh interpreter gives the logits of this process, whose plans have already served other
     inputs and models."""
-    names = [n for n in registry.names() if isinstance(xf.build(n, **SMALL.get(n, dict(n=8))), xf.Model)]
+    names = weight_constructions()
     here = {}
     for name in names:
         m, batches = _registered_inputs(name)

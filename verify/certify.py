@@ -197,12 +197,11 @@ def _tracked_columns(model: CompiledModel, W: dict, owners: dict) -> np.ndarray:
         read |= np.any(W[pre + "mlp.W_in"] != 0, axis=1)
         for h in range(blk.attn.n_heads):
             owner = owners.get(li, {}).get(h)
-            if hasattr(owner, "view_columns"):
-                read[owner.view_columns(model)] = True
-                continue
-            read |= np.any(W[pre + "attn.W_V"][h] != 0, axis=1)
-            if not getattr(owner, "reads_codes", False):  # Q/K of code-reading blocks are structural
-                read |= np.any(W[pre + "attn.W_Q"][h] != 0, axis=1) | np.any(W[pre + "attn.W_K"][h] != 0, axis=1)
+            hw = {w: W[pre + "attn." + w][h] for w in ("W_Q", "W_K", "W_V")}
+            if owner is not None:
+                read |= owner.view_columns(model, hw)
+            else:  # a head no block owns writes nothing (checked by _owners), but its reads are tracked
+                read |= np.any(hw["W_V"] != 0, axis=1) | np.any(hw["W_Q"] != 0, axis=1) | np.any(hw["W_K"] != 0, axis=1)
     return np.flatnonzero(read[:d]).astype(np.int64)
 
 

@@ -3,18 +3,42 @@
 | block | where | what it proves (local certificate) |
 |---|---|---|
 | :class:`RetrieveByPosition` | head | logits = P * <code(q), code(k)> + c from the codes' generators; per query the unique target, its rounded weight and the stray weights per level; the output box over the target's view |
+| :class:`RetrieveByAddress` | head | the same, with the query code read from the views (an earlier layer wrote it) |
+| :class:`RetrieveNearest`, :class:`RetrieveByMatch` | head | under the task's margin precondition: weight >= a on the nearest (matching) candidate; a content pointer variable |
 | :class:`UniformAverage` | head | constant logits; the output as a function of the number of positions whose weighted value is in the upper of two boxes |
 | :class:`MatchHead` | head | +-1 codes, one default (BOS) key and eta from the weights; every row with c matches has the EMA weights round(S/c) (BOS weight 1 at c = 0); the output as a function of the match count c |
-| :class:`BitThreshold`, :class:`XorMLP`, :class:`PatternMLP`, :class:`MatchIndicator` | MLP | the exact image of the units over the view's boxes (units sharing a pre-activation are tracked as one) |
+| :class:`BitThreshold`, :class:`XorMLP`, :class:`PatternMLP`, :class:`MatchIndicator`, :class:`SignClip` | MLP | the exact image of the units over the view's boxes (units sharing a pre-activation are tracked as one) |
 | :class:`SymbolReadout`, :class:`ThresholdReadout` | unembedding | the logits' boxes per view assignment; the answer where one logit's lower bound beats every other's upper bound |
+
+:data:`BLOCKS` is the table of every block by class name, written out here (a saved plan names its
+blocks; loading one needs no other import). A new block is added to this table (a test checks
+that every subclass of :class:`Block` is in it).
 """
 
+from typing import Any
+
 from exactformer.constructions.blocks.average import UniformAverage
-from exactformer.constructions.blocks.base import BLOCKS, Block, CertContext, Unproven
+from exactformer.constructions.blocks.base import Block, CertContext, HeadBlock, MLPBlock, ReadoutBlock, Unproven
+from exactformer.constructions.blocks.content import RetrieveByAddress, RetrieveByMatch, RetrieveNearest, SignClip
 from exactformer.constructions.blocks.match import MatchHead, MatchIndicator
 from exactformer.constructions.blocks.mlp import BitThreshold, PatternMLP, XorMLP, mlp_image
 from exactformer.constructions.blocks.readout import SymbolReadout, ThresholdReadout
 from exactformer.constructions.blocks.retrieve import RetrieveByPosition
 
-__all__ = ["BLOCKS", "Block", "CertContext", "Unproven", "RetrieveByPosition", "UniformAverage", "BitThreshold",
-           "XorMLP", "PatternMLP", "mlp_image", "SymbolReadout", "ThresholdReadout", "MatchHead", "MatchIndicator"]
+BLOCKS: dict[str, type[Block]] = {cls.__name__: cls for cls in (
+    RetrieveByPosition, RetrieveByAddress, RetrieveNearest, RetrieveByMatch, UniformAverage, MatchHead,
+    BitThreshold, XorMLP, PatternMLP, MatchIndicator, SignClip, SymbolReadout, ThresholdReadout)}
+
+
+def block_from_json(d: dict[str, Any]) -> Block:
+    """The block that :meth:`Block.to_json` wrote into ``d``."""
+    name = d.get("block")
+    if name not in BLOCKS:
+        raise ValueError(f"unknown block {name!r} (known: {', '.join(sorted(BLOCKS))})")
+    return BLOCKS[name].from_fields(d)
+
+
+__all__ = ["BLOCKS", "Block", "HeadBlock", "MLPBlock", "ReadoutBlock", "CertContext", "Unproven", "block_from_json",
+           "RetrieveByPosition", "RetrieveByAddress", "RetrieveNearest", "RetrieveByMatch", "UniformAverage",
+           "MatchHead", "BitThreshold", "XorMLP", "PatternMLP", "MatchIndicator", "SignClip", "mlp_image",
+           "SymbolReadout", "ThresholdReadout"]

@@ -23,17 +23,15 @@ from typing import Any
 
 import numpy as np
 
-from exactformer.constructions.blocks.base import Block, CertContext, Unproven, register
+from exactformer.constructions.blocks.base import CertContext, HeadBlock, Unproven
 from exactformer.constructions.views import Box, Count, Group, State, Var, unique_rows
 from exactformer.constructions.views_ops import value_tables
 
 
-@register
 @dataclass(frozen=True)
-class UniformAverage(Block):
+class UniformAverage(HeadBlock):
     value: str
     out: str
-    kind = "head"
 
     def emit(self, mb: Any, layer: int) -> int:
         w = mb.layout[self.value].size

@@ -1,10 +1,14 @@
 """What every block is: weights on named slots, a sufficient condition, a local certificate.
 
-A block is a small frozen dataclass of parameters (slot names, scales) registered by name, so a
-model's plan can be saved and read back (:meth:`Block.to_json`). Blocks add their weights through a
-:class:`~exactformer.constructions.assemble.ModelBuilder`; the composed certificate
-(:mod:`exactformer.verify.certify`) calls their local certificates with a :class:`CertContext`.
-A local certificate reads the model's *own* weights where the block sits (never the block's
+A block is a small frozen dataclass of parameters (slot names, scales), so a model's plan can be
+saved and read back (:meth:`Block.to_json`, :meth:`Block.from_fields`; the table of every block by
+name is :data:`exactformer.constructions.blocks.BLOCKS`, written out, not filled by imports). The
+interface is declared here: a :class:`HeadBlock` owns one attention head and has a local certificate
+(:meth:`HeadBlock.certify_head`), an :class:`MLPBlock` owns MLP units (certified from the weights by
+the exact MLP image), a :class:`ReadoutBlock` writes the unembedding. Blocks add their weights
+through a :class:`~exactformer.constructions.assemble.ModelBuilder`; the composed certificate
+(:mod:`exactformer.verify.certify`) calls the local certificates with a :class:`CertContext`. A
+local certificate reads the model's *own* weights where the block sits (never the block's
 parameters as facts) and either returns what it proves or raises :class:`Unproven`.
 """
 
@@ -12,15 +16,14 @@ from __future__ import annotations
 
 import dataclasses
 import typing
+from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any, ClassVar
 
 import numpy as np
 
-from exactformer.precision.boxes import Arithmetic
-
-BLOCKS: dict[str, type] = {}
+from exactformer.precision.boxes import Arithmetic, Box
 
 
 class Unproven(Exception):
@@ -32,14 +35,8 @@ class Unproven(Exception):
         self.hint = hint or {}
 
 
-def register(cls: type) -> type:
-    """Class decorator: make a block dataclass known by its class name (for saved plans)."""
-    BLOCKS[cls.__name__] = cls
-    return cls
-
-
 @dataclass(frozen=True)
-class Block:
+class Block(ABC):
     """Base of every block. ``kind`` is where its weights sit: "head", "mlp" or "unembed"."""
 
     kind: ClassVar[str] = ""
@@ -51,15 +48,61 @@ class Block:
             out[f.name] = _to_json(v)
         return out
 
-    @staticmethod
-    def from_json(d: dict[str, Any]) -> "Block":
-        name = d.get("block")
-        if name not in BLOCKS:
-            raise ValueError(f"unknown block {name!r} (known: {sorted(BLOCKS)})")
-        cls = BLOCKS[name]
+    @classmethod
+    def from_fields(cls, d: dict[str, Any]) -> "Block":
+        """The block of this class whose fields :meth:`to_json` wrote into ``d``."""
         hints = typing.get_type_hints(cls)
         kwargs = {f.name: _from_json(d[f.name], hints.get(f.name)) for f in dataclasses.fields(cls) if f.name in d}
         return cls(**kwargs)
+
+
+@dataclass(frozen=True)
+class HeadBlock(Block):
+    """A block that owns one attention head and proves what it computes (its local certificate)."""
+
+    kind: ClassVar[str] = "head"
+    #: True where the certificate derives the logits from code columns (the codes' generators),
+    #: so the query and key columns need no views
+    reads_codes: ClassVar[bool] = False
+
+    @abstractmethod
+    def emit(self, mb: Any, layer: int) -> int:
+        """Add the head's weights to ``mb`` (a ModelBuilder) in ``layer``; return the head index."""
+
+    @abstractmethod
+    def certify_head(self, ctx: "CertContext", layer: int, head: int, state: Any, need: np.ndarray) -> list[tuple[Any, Box]]:
+        """The head's output at the positions ``need`` as (view group, output box) pairs, proved from
+        the model's weights and the views ``state``; raises :class:`Unproven` where it cannot."""
+
+    def view_columns(self, model: Any, head_weights: dict[str, np.ndarray]) -> np.ndarray:
+        """The residual columns the certificate reads from views [d_model] (bool): every column the
+        value reads, and the query's and key's unless the logits come from codes (``reads_codes``)."""
+        read = np.any(head_weights["W_V"] != 0, axis=1)
+        if not self.reads_codes:
+            read = read | np.any(head_weights["W_Q"] != 0, axis=1) | np.any(head_weights["W_K"] != 0, axis=1)
+        return read
+
+
+@dataclass(frozen=True)
+class MLPBlock(Block):
+    """A block that owns MLP units (certified from the weights: the exact MLP image)."""
+
+    kind: ClassVar[str] = "mlp"
+
+    @abstractmethod
+    def emit(self, mb: Any, layer: int) -> None:
+        """Add the units to ``mb`` in ``layer``."""
+
+
+@dataclass(frozen=True)
+class ReadoutBlock(Block):
+    """A block that writes the unembedding (certified by the composed certificate's readout)."""
+
+    kind: ClassVar[str] = "unembed"
+
+    @abstractmethod
+    def emit(self, mb: Any) -> None:
+        """Add the unembedding to ``mb``."""
 
 
 def _to_json(v: Any) -> Any:

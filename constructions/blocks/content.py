@@ -45,7 +45,7 @@ from typing import Any
 
 import numpy as np
 
-from exactformer.constructions.blocks.base import Block, CertContext, Unproven, register
+from exactformer.constructions.blocks.base import CertContext, HeadBlock, MLPBlock, Unproven
 from exactformer.constructions.blocks.retrieve import RetrieveByPosition, _CodeSource, _logit_form, _rows, _Side, _unit
 from exactformer.constructions.code_products import CodeWorkError, histograms, pair_inner, same_generator
 from exactformer.constructions.views import Box, ContentRule, Group, State, Var, unique_rows
@@ -57,14 +57,12 @@ from exactformer.constructions.views_ops import _z, value_tables
 # ------------------------------------------------------------------------------------------------
 
 
-@register
 @dataclass(frozen=True)
-class SignClip(Block):
+class SignClip(MLPBlock):
     """``out = clip(inp, -1, 1)`` per coordinate: exactly the sign for |inp| >= 1 (P1 L466's sigma)."""
 
     inp: str
     out: str
-    kind = "mlp"
 
     def emit(self, mb: Any, layer: int) -> None:
         k = mb.layout[self.inp].size
@@ -76,17 +74,14 @@ class SignClip(Block):
 
 
 @dataclass(frozen=True)
-class _DerivedHead(Block):
+class _DerivedHead(HeadBlock):
     """A head whose queries, keys and values the local certificate derives from the weights, the
     codes' generators and the task's precondition: it reads no views (``view_columns`` is empty)."""
 
-    kind = "head"
-
-    def view_columns(self, model: Any) -> np.ndarray:
-        return np.zeros(0, dtype=np.int64)
+    def view_columns(self, model: Any, head_weights: dict[str, np.ndarray]) -> np.ndarray:
+        return np.zeros(model.d_model, dtype=bool)
 
 
-@register
 @dataclass(frozen=True)
 class RetrieveNearest(_DerivedHead):
     """Theorem 7's first layer (P1 App. G.2, reconstructed in docs/nearest-neighbor.md)::
@@ -174,7 +169,6 @@ class RetrieveNearest(_DerivedHead):
                        where, {"upper": upper, "counts": counts})
 
 
-@register
 @dataclass(frozen=True)
 class RetrieveByMatch(_DerivedHead):
     """Associative recall's first layer (the lean MQAR construction, docs/nearest-neighbor.md)::
@@ -250,7 +244,6 @@ class RetrieveByMatch(_DerivedHead):
                        {"upper": upper, "counts": counts})
 
 
-@register
 @dataclass(frozen=True)
 class RetrieveByAddress(RetrieveByPosition):
     """:class:`RetrieveByPosition` whose query code an earlier layer wrote (Theorem 7's second layer:
@@ -259,10 +252,13 @@ class RetrieveByAddress(RetrieveByPosition):
     the keys' code vectors and bounds the causal row of keys 0..L exactly as RetrieveByPosition does;
     the output is a pointer variable based on the view variable the query vector depends on."""
 
-    def view_columns(self, model: Any) -> np.ndarray:
+    def view_columns(self, model: Any, head_weights: dict[str, np.ndarray]) -> np.ndarray:
         """The query code (written by an earlier layer) and the values are read from views."""
-        return np.concatenate([np.arange(model.layout[s][0], model.layout[s][0] + model.layout[s][1])
-                               for s in (self.query, *self.value)])
+        read = np.zeros(model.d_model, dtype=bool)
+        for s in (self.query, *self.value):
+            start, width = model.layout[s]
+            read[start:start + width] = True
+        return read
 
     def emit(self, mb: Any, layer: int) -> int:
         h = super().emit(mb, layer)

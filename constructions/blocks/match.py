@@ -45,7 +45,7 @@ from fractions import Fraction
 from typing import Any
 
 import numpy as np
-from exactformer.constructions.blocks.base import Block, CertContext, Unproven, register
+from exactformer.constructions.blocks.base import CertContext, HeadBlock, MLPBlock, Unproven
 from exactformer.constructions.ir import IRError
 from exactformer.constructions.precision_search import smallest_grid_eta
 from exactformer.constructions.views import (
@@ -75,9 +75,8 @@ def ema_weight(fmt: Format, count: Any) -> Any:
     return int(w) if w.ndim == 0 else w
 
 
-@register
 @dataclass(frozen=True)
-class MatchHead(Block):
+class MatchHead(HeadBlock):
     """One softmax head computing EMA over the codes in slots ``query`` / ``key`` (see the module
     docstring); ``default`` is the one-column slot that is 1 at the BOS token only."""
 
@@ -88,7 +87,6 @@ class MatchHead(Block):
     out: tuple[str, ...]
     eta: Fraction
 
-    kind = "head"
 
     def emit(self, mb: Any, layer: int) -> int:
         b = mb.layout[self.query].size
@@ -191,16 +189,14 @@ class MatchHead(Block):
         return out
 
 
-@register
 @dataclass(frozen=True)
-class MatchIndicator(Block):
+class MatchIndicator(MLPBlock):
     """``out = relu(2z) - relu(2z - 1)`` on the one-column slot ``inp``: 0 for z <= 0, 1 for
     z >= 1/2 -- a match head's output is 0 without a match and c round(S/c)/S >= 1/2 with
     1 <= c <= S matches (floor: c floor(S/c) > S - c and >= c; nearest: >= S - c/2)."""
 
     inp: str
     out: str
-    kind = "mlp"
 
     def emit(self, mb: Any, layer: int) -> None:
         mb.mlp(self, layer, W_in=[(self.inp, np.array([[2, 2]]))], b_in=np.array([0, -1]),

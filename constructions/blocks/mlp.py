@@ -28,19 +28,17 @@ from typing import Any
 
 import numpy as np
 
-from exactformer.constructions.blocks.base import Block, register
+from exactformer.constructions.blocks.base import MLPBlock
 from exactformer.constructions.views import unique_rows
 from exactformer.precision.boxes import Arithmetic, Box, FloatArithmetic
 
 
-@register
 @dataclass(frozen=True)
-class BitThreshold(Block):
+class BitThreshold(MLPBlock):
     """Bits of ``inp`` thresholded at 1/2 into ``out`` (tolerates |z - bit| <= 1/4)."""
 
     inp: str
     out: str
-    kind = "mlp"
     TOLERANCE = Fraction(1, 4)
 
     def emit(self, mb: Any, layer: int) -> None:
@@ -54,15 +52,13 @@ class BitThreshold(Block):
         mb.mlp(self, layer, W_in=[(self.inp, W_in)], b_in=b_in, W_out=[(self.out, W_out)], n_units=2 * m)
 
 
-@register
 @dataclass(frozen=True)
-class XorMLP(Block):
+class XorMLP(MLPBlock):
     """``out = [a != b]`` for a, b in {-1, 1} (tolerates |a - b| error <= 1/2 around 0 and 2)."""
 
     a: str
     b: str
     out: str
-    kind = "mlp"
     TOLERANCE = Fraction(1, 2)
 
     def emit(self, mb: Any, layer: int) -> None:
@@ -70,9 +66,8 @@ class XorMLP(Block):
                b_in=(np.array([-1, -2, -1, -2]), 2), W_out=[(self.out, np.array([[2], [-2], [2], [-2]]))], n_units=4)
 
 
-@register
 @dataclass(frozen=True)
-class PatternMLP(Block):
+class PatternMLP(MLPBlock):
     """Feature values g(y_1 .. y_r) of several function types (thresholds of k-sparse features).
 
     ``inputs``: the slots y_1..y_k (+-1 values); ``types``: for each type its arity r and truth
@@ -84,7 +79,6 @@ class PatternMLP(Block):
     arities: tuple[int, ...]
     tables: tuple[tuple[int, ...], ...]
     type_slot: str = ""
-    kind = "mlp"
 
     @property
     def tolerance(self) -> Fraction:

@@ -20,15 +20,13 @@ from typing import Any
 
 import numpy as np
 
-from exactformer.constructions.blocks.base import Block, register
+from exactformer.constructions.blocks.base import ReadoutBlock
 
 
-@register
 @dataclass(frozen=True)
-class SymbolReadout(Block):
+class SymbolReadout(ReadoutBlock):
     bits: str
     alphabet: int
-    kind = "unembed"
 
     def emit(self, mb: Any) -> None:
         m = mb.layout[self.bits].size
@@ -37,16 +35,14 @@ class SymbolReadout(Block):
         mb.unembed(self, W_U=[(self.bits, 2 * sign.T)], b_U=-sign.sum(axis=1))
 
 
-@register
 @dataclass(frozen=True)
-class ThresholdReadout(Block):
+class ThresholdReadout(ReadoutBlock):
     """Answers 1 (column ``yes``) iff c * z > l0 on the one-column slot ``inp``."""
 
     inp: str
     c: Fraction
     l0: Fraction
     yes: int = 1
-    kind = "unembed"
 
     def emit(self, mb: Any) -> None:
         W = np.zeros((1, 2), dtype=object)

@@ -43,15 +43,14 @@ from typing import Any
 
 import numpy as np
 
-from exactformer.constructions.blocks.base import Block, CertContext, Unproven, register
+from exactformer.constructions.blocks.base import CertContext, HeadBlock, Unproven
 from exactformer.constructions.code_products import CodeWorkError, histograms, pair_inner, resolve, same_generator
 from exactformer.constructions.views import Box, Group, State, unique_rows
 from exactformer.constructions.views_ops import import_target, value_tables
 
 
-@register
 @dataclass(frozen=True)
-class RetrieveByPosition(Block):
+class RetrieveByPosition(HeadBlock):
     query: str
     key: str
     value: tuple[str, ...]
@@ -60,7 +59,6 @@ class RetrieveByPosition(Block):
     gram: Fraction  # <T(i), T(j)> = gram * <num(i), num(j)>: 1/k for sign codes, 1 for one-hot
     offset: Fraction = Fraction(0)
 
-    kind = "head"
     reads_codes = True  # its queries and keys are derived from code columns, not from views
 
     def emit(self, mb: Any, layer: int) -> int:
