@@ -6,6 +6,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -315,6 +316,78 @@ def test_cli_plot(app, tmp_path):  # PNG files are checked with the generator
     res = CliRunner().invoke(app, ARGS + ["--plot", str(out)])
     assert res.exit_code == 0, res.output
     assert out.read_bytes().startswith(b"<?xml") and b"Equality / Inequality" in out.read_bytes()
+
+
+def _no_builds(spec, n):
+    raise AssertionError(f"built {spec.name} at N = {n}")
+
+
+def test_cli_default_reads_the_committed_data(app, committed, monkeypatch):
+    """Without --recompute the whole default table comes from docs/figures/sizes.json: no provider,
+    no builder runs, and the JSON is the committed report."""
+    monkeypatch.setattr(sz, "SIZE_PROVIDER", _no_builds)
+    monkeypatch.setattr(sz, "_summary", lambda *a: _no_builds(sz.SIZE_SPECS[a[0]], a[2]))
+    res = CliRunner().invoke(app, ["sizes", "--json"])
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.stdout) == committed and res.stderr == ""
+    res = CliRunner().invoke(app, ARGS)  # a subset, as tables
+    assert res.exit_code == 0 and "index-lookup" in res.stdout and res.stderr == ""
+
+
+def _fake_rows(calls: list):
+    def provider(spec, n):
+        calls.append((spec.name, n))
+        return sz.SizeRow(spec.name, n, 9, 9, 9, 9, 9, 9, "binary:int=4,frac=4", 9, 9, 81, "formula")
+    return provider
+
+
+def test_cli_recompute_computes_every_row(app, monkeypatch):
+    calls: list = []
+    monkeypatch.setattr(sz, "SIZE_PROVIDER", _fake_rows(calls))
+    res = CliRunner().invoke(app, ARGS + ["--json", "--recompute"])
+    assert res.exit_code == 0, res.output
+    assert calls == [("index-lookup", 16), ("index-lookup", 64), ("equality", 16), ("equality", 64)]
+    assert all(r["built"]["layers"] == 9 for r in json.loads(res.stdout)["rows"])
+
+
+def test_cli_computes_rows_the_committed_data_lacks(app, monkeypatch):
+    """N outside the committed powers of two and a spec whose definition changed are computed, and
+    stderr says how many and which."""
+    calls: list = []
+    monkeypatch.setattr(sz, "SIZE_PROVIDER", _fake_rows(calls))
+    res = CliRunner().invoke(app, ["sizes", "--construction", "equality", "--n-min", "1000", "--n-max", "2000",
+                                   "--json"])
+    assert res.exit_code == 0, res.output
+    assert calls == [("equality", 1000), ("equality", 2000)]
+    assert res.stderr.startswith("note: 2 of 2 rows are not in the committed size data (equality N=1000, ")
+    changed = sz.SizeSpec("equality", "equality", "equality", max_n=1 << 24, note="changed")
+    monkeypatch.setitem(sz.SIZE_SPECS, "equality", changed)
+    calls.clear()
+    res = CliRunner().invoke(app, ARGS + ["--json"])
+    assert res.exit_code == 0 and calls == [("equality", 16), ("equality", 64)]
+    assert "2 of 4 rows" in res.stderr
+
+
+def test_cli_without_committed_data_computes_and_says_so(app, monkeypatch, tmp_path):
+    calls: list = []
+    monkeypatch.setattr(sz, "SIZE_PROVIDER", _fake_rows(calls))
+    monkeypatch.setattr(sz, "COMMITTED_DATA", tmp_path / "absent.json")
+    res = CliRunner().invoke(app, ARGS + ["--json"])
+    assert res.exit_code == 0 and len(calls) == 4
+    assert res.stderr.startswith("note: no committed size data (") and "computing every row" in res.stderr
+    (tmp_path / "absent.json").write_text('{"schema": "other"}')
+    res = CliRunner().invoke(app, ARGS + ["--json"])
+    assert res.exit_code == 2 and "committed size data: a report of schema exactformer-sizes/1" in res.stderr
+
+
+def test_committed_provider_answers_like_the_report(committed):
+    """The committed data read back as a provider gives the committed rows, reasons included."""
+    provider = sz.committed_sizes()
+    specs = [sz.SIZE_SPECS[s] for s in committed["specs"]]
+    assert sz.report(specs, committed["n"], provider) == committed
+    unbuilt = next(r for r in committed["rows"] if r["built"] is None)
+    with pytest.raises(sz.SizeUnavailable, match=re.escape(unbuilt["not_built"])):
+        provider(sz.SIZE_SPECS[unbuilt["spec"]], unbuilt["n"])
 
 
 @pytest.mark.parametrize("extra,message", [

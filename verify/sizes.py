@@ -35,10 +35,8 @@ import numpy as np
 
 from exactformer.constructions import registry
 from exactformer.constructions.assemble import shapes_only
-from exactformer.constructions.export import to_torch
 from exactformer.precision import Format, parse_format
 from exactformer.verify import lower_bounds as lb
-from exactformer.verify.forward import forward_with_cache
 
 SCHEMA = "exactformer-sizes/1"
 N_MIN, N_MAX = 2, 1 << 30
@@ -210,6 +208,56 @@ def _provider(provider: SizeProvider | None) -> SizeProvider:
     return provider if provider is not None else SIZE_PROVIDER
 
 
+# ------------------------------------------------------------------------------------------------
+# the committed size data (docs/figures/sizes.json)
+# ------------------------------------------------------------------------------------------------
+
+#: The committed report: every spec at N = 2^4 .. 2^30, written by :func:`generate_figures` (the
+#: command in docs/sizes.md) from :func:`report` with :data:`SIZE_PROVIDER`. A source checkout has
+#: it (``pip install -e .``); an installed wheel does not, and then every row is computed.
+COMMITTED_DATA = Path(__file__).resolve().parents[1] / "docs" / "figures" / "sizes.json"
+
+
+@dataclass
+class CommittedSizes:
+    """A size provider that answers from a committed report (``rows``: (spec, N) -> its row) and
+    computes with ``fallback`` (default :data:`SIZE_PROVIDER`, read at call time) every (spec, N)
+    the report does not hold, and every row of a spec whose definition (construction, kwargs,
+    family, bounds, claim, note) differs from the committed one."""
+
+    source: Path
+    specs: dict[str, dict[str, Any]]
+    rows: dict[tuple[str, int], dict[str, Any]]
+    fallback: SizeProvider | None = None
+
+    def holds(self, spec: SizeSpec, n: int) -> bool:
+        """Whether the committed report answers (spec, N) (else it is computed)."""
+        return (spec.name, n) in self.rows and self.specs.get(spec.name) == spec_json(spec)
+
+    def __call__(self, spec: SizeSpec, n: int) -> SizeRow:
+        if not self.holds(spec, n):
+            return _provider(self.fallback)(spec, n)
+        row = self.rows[(spec.name, n)]
+        if row["built"] is None:
+            raise SizeUnavailable(row["not_built"])
+        return SizeRow(**row["built"])
+
+
+def committed_sizes(path: Path | None = None, fallback: SizeProvider | None = None) -> CommittedSizes | None:
+    """The committed report at ``path`` (default :data:`COMMITTED_DATA`) as a provider, or None
+    when there is no such file; SizesError when it is not a sizes report of this schema."""
+    path = path if path is not None else COMMITTED_DATA
+    try:
+        doc = json.loads(path.read_text())
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as e:
+        raise SizesError(f"committed size data: a readable JSON report of schema {SCHEMA}, got {path} ({e})") from None
+    if not isinstance(doc, dict) or doc.get("schema") != SCHEMA:
+        raise SizesError(f"committed size data: a report of schema {SCHEMA}, got {path} (regenerate it: docs/sizes.md)")
+    return CommittedSizes(path, doc["specs"], {(r["spec"], r["n"]): r for r in doc["rows"]}, fallback)
+
+
 def compare_providers(a: SizeProvider, b: SizeProvider, specs: Iterable[SizeSpec], ns: Iterable[int]) -> list[str]:
     """Every (spec, N) where providers ``a`` and ``b`` disagree (fields other than ``source``, or
     one answers and the other does not), as readable lines; [] when they agree everywhere."""
@@ -306,12 +354,16 @@ def report(specs: Iterable[SizeSpec], ns: list[int], provider: SizeProvider | No
         "schema": SCHEMA,
         "n": ns,
         "reference_precision": "P1 App. B.2 with Kc = 1: p = ceil(log2(2 N^2 + 1)) bits (used where a row is not built)",
-        "specs": {s.name: {"construction": s.construction, "family": s.family, "kwargs": s.builder_kwargs,
-                           "bounds": list(s.bound_keys), "claim": _claim(s), "note": s.note}
-                  for s in specs},
+        "specs": {s.name: spec_json(s) for s in specs},
         "bounds": {k: lb.BOUNDS[k].describe() for k in keys},
         "rows": rows,
     }
+
+
+def spec_json(s: SizeSpec) -> dict[str, Any]:
+    """The definition of a spec as the report records it (``specs`` of the JSON schema)."""
+    return {"construction": s.construction, "family": s.family, "kwargs": s.builder_kwargs,
+            "bounds": list(s.bound_keys), "claim": _claim(s), "note": s.note}
 
 
 def _claim(s: SizeSpec) -> dict | None:
@@ -522,6 +574,8 @@ def exact_attention(model, tokens: np.ndarray, fmt: Format | None = None) -> tup
     last-position logits (raw ``[B, d_vocab_out]``), from the plain forward pass
     (:func:`exactformer.verify.forward.forward_with_cache`, whose logits the tests check equal
     the executor's)."""
+    from exactformer.verify.forward import forward_with_cache
+
     fmt = fmt if fmt is not None else parse_format(model.precision)
     logits, cache = forward_with_cache(model, np.asarray(tokens, dtype=np.int64), fmt)
     weights = [cache.raw[f"blocks.{l}.attn.hook_pattern"] for l in range(model.n_layers)]
@@ -534,6 +588,8 @@ def float_attention(model, tokens: np.ndarray) -> list[np.ndarray]:
     forward pass; the module itself is unchanged)."""
     import torch
     from torch.overrides import TorchFunctionMode
+
+    from exactformer.constructions.export import to_torch
 
     class Recorder(TorchFunctionMode):
         def __init__(self) -> None:
