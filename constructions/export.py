@@ -49,7 +49,6 @@ from exactformer.constructions.export_float import (
     tl_state_dict,
     to_float64,
 )
-from exactformer.constructions.export_lens import to_transformer_lens
 from exactformer.constructions.export_manifest import (
     DIGESTS_KEY,
     EXACT_FILE,
@@ -68,7 +67,6 @@ from exactformer.constructions.export_manifest import (
     read_manifest,
     sha256_file,
 )
-from exactformer.constructions.export_torch import to_torch
 from exactformer.constructions.ir import (
     MLP,
     Attention,
@@ -424,3 +422,17 @@ def _build(d: Path, man: dict[str, Any]) -> CompiledModel:
     if man["model_code"] is not None:
         model.code = codes[man["model_code"]]  # type: ignore[attr-defined]
     return model
+
+
+def __getattr__(name: str) -> Any:
+    """``to_torch`` and ``to_transformer_lens``, imported when first asked for: they need torch,
+    whose import takes seconds, and saving, loading or verifying a model does not."""
+    if name == "to_torch":
+        from exactformer.constructions.export_torch import to_torch
+
+        return to_torch
+    if name == "to_transformer_lens":
+        from exactformer.constructions.export_lens import to_transformer_lens
+
+        return to_transformer_lens
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

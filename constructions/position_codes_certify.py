@@ -30,11 +30,14 @@ from dataclasses import dataclass
 from typing import Callable, Optional
 
 import numpy as np
-import torch
+
+# torch is imported inside the functions that use it: importing it takes seconds, and most users of
+# position codes (building, certifying a model) never run the Gram kernels.
 
 BlockFn = Callable[[int, int], np.ndarray]  # (start, stop) -> int8 [stop - start, k]
 
 K_EXACT_MAX = 1 << 24  # float32 GEMM of {-1,0,1} vectors is exact up to this length
+NUMPY_WORK = 1 << 30  # n^2 k up to which one numpy product beats starting torch (whose import takes ~2 s)
 _MAGIC = float(3 << 22)  # 1.5 * 2^23
 
 
@@ -70,6 +73,7 @@ class _Rows:
     """Float32 row panels, materialised once when they fit in ``cache_bytes``, else regenerated."""
 
     def __init__(self, block_fn: BlockFn, n: int, k: int, cache_bytes: int):
+        import torch
         self.block_fn, self.n, self.k = block_fn, n, k
         self.full = None
         if n * k * 4 <= cache_bytes:
@@ -81,12 +85,14 @@ class _Rows:
             self.full = full
 
     def get(self, start: int, stop: int) -> torch.Tensor:
+        import torch
         if self.full is not None:
             return self.full[start:stop]
         return torch.from_numpy(np.asarray(self.block_fn(start, stop), dtype=np.int8)).float()
 
 
 def _packed_tile_max(P: torch.Tensor, Xj: torch.Tensor, c: int) -> int:
+    import torch
     V = torch.mm(P, Xj.T)
     vmin, vmax = torch.aminmax(V)
     s_hi = max(abs(round(vmin.item() / c)), abs(round(vmax.item() / c)))
@@ -99,6 +105,7 @@ def _packed_tile_max(P: torch.Tensor, Xj: torch.Tensor, c: int) -> int:
 
 def _masked_abs(G: torch.Tensor, row0: int, col0: int, n: int) -> torch.Tensor:
     """|G| with entries whose (row0 + r, col0 + s) is not a pair i < j < n set to -1."""
+    import torch
     r = torch.arange(row0, row0 + G.shape[0]).unsqueeze(1)
     s = torch.arange(col0, col0 + G.shape[1]).unsqueeze(0)
     A = G.abs()
@@ -126,12 +133,17 @@ def gram_absmax_cpu(
     issuing multi-threaded kernels this avoids an OpenMP barrier per small op, which under CPU
     contention (other processes on the cores) cost up to 5x. torch's thread count is set to 1
     for the duration of the call and restored afterwards. The reported pair comes from the
-    first tile (in (I, J) order) attaining the maximum, so it does not depend on scheduling."""
+    first tile (in (I, J) order) attaining the maximum, so it does not depend on scheduling.
+    Small problems (n <= ``block`` and n^2 k <= :data:`NUMPY_WORK`) are one numpy product instead
+    (:func:`_gram_absmax_numpy`): the same result, without importing torch."""
     if n < 2:
         raise ValueError("need at least two vectors")
     if k > K_EXACT_MAX:
         raise ValueError(f"k must be <= 2^24 for exact float32 accumulation (got {k})")
     t0 = time.perf_counter()
+    if n <= block and n * n * k <= NUMPY_WORK:
+        return _gram_absmax_numpy(np.asarray(block_fn(0, n), dtype=np.float32), max(1, block // 2), t0)
+    import torch
     c = pack_base(k) if pack else None
     BI = block
     BJ = max(1, block // 2)
@@ -209,16 +221,31 @@ def gram_absmax_cpu(
     return GramMax(best, pair, time.perf_counter() - t0, complete, examined)
 
 
+def _gram_absmax_numpy(X: np.ndarray, bj: int, t0: float) -> GramMax:
+    """:func:`gram_absmax_cpu` of the float32 rows ``X`` [n, k] in one product (exact: integer
+    entries, |sums| <= k <= 2^24); the pair is the first in the order of the blocked scan (column
+    blocks of ``bj``, then row-major within the block)."""
+    n = X.shape[0]
+    A = np.abs(X @ X.T)
+    A[np.tril_indices(n)] = -1
+    best = int(A.max())
+    J = next(J for J in range(0, n, bj) if A[:, J:J + bj].max() == best)
+    tile = A[:, J:J + bj]
+    i, j = np.unravel_index(int(np.argmax(tile)), tile.shape)
+    return GramMax(best, (int(i), J + int(j)), time.perf_counter() - t0, True, n * (n - 1) // 2)
+
+
 def prefix_absmax(X: np.ndarray, step: int) -> np.ndarray:
     """``M[g] = max_{i<j} |<X_i[:k_g], X_j[:k_g]>|`` for ``k_g = (g+1)*step`` and all g with
-    ``k_g <= X.shape[1]`` (exact; for the small subsets used to bound the random search)."""
-    X = torch.from_numpy(np.asarray(X, dtype=np.int8)).float()
+    ``k_g <= X.shape[1]`` (exact: float32 sums of integers below 2^24; for the small subsets used
+    to bound the random search)."""
+    X = np.asarray(X, dtype=np.float32)
     n0, K = X.shape
-    G = torch.zeros(n0, n0)
-    upper = torch.triu(torch.ones(n0, n0, dtype=torch.bool), diagonal=1)
+    G = np.zeros((n0, n0), dtype=np.float32)
+    lower = np.tril(np.ones((n0, n0), dtype=bool))
     out = []
     for g in range(K // step):
         Xc = X[:, g * step : (g + 1) * step]
-        G.addmm_(Xc, Xc.T)
-        out.append(int(G.abs().masked_fill(~upper, 0).max().item()))
+        G += Xc @ Xc.T
+        out.append(int(np.abs(np.where(lower, 0, G)).max()))
     return np.array(out, dtype=np.int64)

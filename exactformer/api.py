@@ -16,7 +16,6 @@ needs the executor (verify) and its task (constructions).
 
 from __future__ import annotations
 
-import inspect
 from pathlib import Path
 from typing import Any
 
@@ -25,14 +24,14 @@ import numpy as np
 from exactformer.constructions import registry
 from exactformer.constructions.export import load as _load
 from exactformer.constructions.export import save as _save
-from exactformer.constructions.export import to_torch as _to_torch
-from exactformer.constructions.export import to_transformer_lens as _to_lens
 from exactformer.constructions.ir import CompiledModel
 from exactformer.precision import Format, parse_format
+from exactformer.verify.arguments import BuildError
+from exactformer.verify.arguments import build as _build
 from exactformer.verify.executor import RunResult, run
 from exactformer.verify.forward import Cache, forward_with_cache
 from exactformer.verify.mpc_check import MPCModel
-from exactformer.verify.verifier import Report, certified_arithmetics
+from exactformer.verify.verifier import Report, VerifyError, certified_arithmetics, check_model
 from exactformer.verify.verifier import verify as _verify
 
 
@@ -92,30 +91,22 @@ class Model:
         return forward_with_cache(self.compiled, self.encode_batch(batch), self._format(precision))
 
     # ---- verification, files, other frameworks -------------------------------------------------------------
-    def verify(self, mode: str = "certify", **kwargs: Any) -> Report:
+    def verify(self, mode: str | None = None, **kwargs: Any) -> Report:
+        """:func:`exactformer.verify.verifier.verify` of this model (no ``mode``: its strongest)."""
         return _verify(self.compiled, mode=mode, **kwargs)
 
     def save(self, out_dir: str | Path, **kwargs: Any) -> Path:
         return save(self, out_dir, **kwargs)
 
     def to_torch(self, dtype: Any = None, device: Any = None):
-        return _to_torch(self.compiled, dtype=dtype, device=device)
+        from exactformer.constructions.export_torch import to_torch  # torch is imported here, when used
+
+        return to_torch(self.compiled, dtype=dtype, device=device)
 
     def to_transformer_lens(self, dtype: Any = None, device: Any = None):
-        return _to_lens(self.compiled, dtype=dtype, device=device)
+        from exactformer.constructions.export_lens import to_transformer_lens
 
-
-class BuildError(ValueError):
-    """Arguments that the construction's builder does not take (or a missing required one)."""
-
-
-def _arguments(name: str, args: tuple, kwargs: dict[str, Any]) -> None:
-    """Refuse arguments the builder of ``name`` does not take, naming its parameters."""
-    c = registry.get(name)
-    try:
-        inspect.signature(c.builder).bind(*args, **kwargs)
-    except TypeError as e:
-        raise BuildError(f"{name}: {e}; its parameters are {', '.join(c.parameters)}") from None
+        return to_transformer_lens(self.compiled, dtype=dtype, device=device)
 
 
 def _model(built: Any) -> Model | MPCModel:
@@ -125,9 +116,11 @@ def _model(built: Any) -> Model | MPCModel:
 
 
 def build(name: str, **kwargs: Any) -> Model | MPCModel:
-    """Build construction ``name`` (see :func:`constructions`) with its builder's keyword arguments."""
-    _arguments(name, (), kwargs)
-    return _model(registry.get(name).builder(**kwargs))
+    """Build construction ``name`` (see :func:`constructions`) with its builder's keyword arguments
+    (:func:`exactformer.verify.arguments.build`: an argument it does not take is a
+    :class:`BuildError`; a list such as ``features`` may be a JSON file's name, a ``precision`` a
+    format name, as on the command line)."""
+    return _model(_build(name, (), kwargs))
 
 
 def load(path: str | Path) -> Model:
@@ -140,9 +133,11 @@ def save(model: Model | CompiledModel, out_dir: str | Path, certify: bool = True
     ``dense`` / ``materialize_limit``). ``certify`` (default True) certifies it in its fixed-point
     format, float64 and float32 first and records the outcome as the manifest's
     ``certified_arithmetics``; False records nothing."""
-    compiled = getattr(model, "compiled", model)
+    compiled = check_model(model)
+    if not isinstance(compiled, CompiledModel):
+        raise VerifyError("model", f"{compiled.construction} is an EMA program, which has no weights to save")
     if not isinstance(certify, bool):
-        raise ValueError(f"certify must be True or False, got {certify!r}")
+        raise VerifyError("certify", f"must be True or False, got {certify!r}")
     if certify and "certified_arithmetics" not in kwargs:
         kwargs["certified_arithmetics"] = certified_arithmetics(compiled)
     return _save(compiled, out_dir, **kwargs)
@@ -158,8 +153,7 @@ def builder(name: str):
     fn = registry.get(name).builder
 
     def build_model(*args: Any, **kwargs: Any) -> Model | MPCModel:
-        _arguments(name, args, kwargs)
-        return _model(fn(*args, **kwargs))
+        return _model(_build(name, args, kwargs))
 
     build_model.__name__ = fn.__name__
     build_model.__doc__ = fn.__doc__

@@ -7,6 +7,12 @@ fails. The verifier never branches on a construction's name: the task comes from
 Constructions that are EMA programs (:class:`~exactformer.constructions.mpc_tasks.ProgramModel`)
 have no certificate; they are checked by the four-way differential run of
 :mod:`exactformer.verify.mpc_check`.
+
+Which modes a construction has is declared by its task (``task.modes``,
+:class:`~exactformer.constructions.task.Verifiable`); without a ``mode`` the verifier uses the
+strongest one that applies (:func:`choose_mode`) and the report says why (``mode_reason``). Every
+argument has one check here (``check_*``) that the CLI uses too; a bad one raises
+:class:`VerifyError` naming the parameter.
 """
 
 from __future__ import annotations
@@ -22,15 +28,17 @@ import numpy as np
 from exactformer.constructions import registry
 from exactformer.constructions.ir import CompiledModel, IRError
 from exactformer.constructions.mpc_tasks import ProgramModel
-from exactformer.constructions.task import Batch, Task
+from exactformer.constructions.task import EXHAUSTIVE_LIMIT, MODES, Batch, Verifiable, count_log2, format_count
 from exactformer.precision import Format, parse_format
 from exactformer.verify.certify import certify
 from exactformer.verify.executor import run
-from exactformer.verify.mpc_check import CheckError, report_fields
-from exactformer.verify.torch_run import run_torch
+from exactformer.verify.mpc_check import report_fields
 
-MODES = ("certify", "exhaustive", "sample")
-EXHAUSTIVE_LIMIT = 1 << 22  # inputs; beyond this exhaustive mode refuses
+DEFAULT_SAMPLES = 1000  # sample mode's random inputs (plus as many adversarial ones) when none are given
+DEVICES = ("cpu", "cuda")
+#: what each mode covers, for the reports
+COVERS = {"certify": "a proof for every input", "exhaustive": "every input run",
+          "sample": "seeded random and adversarial inputs"}
 
 #: what each event count means (reports carry this next to the numbers)
 COUNTS_MEANING = {
@@ -41,7 +49,13 @@ COUNTS_MEANING = {
 
 
 class VerifyError(ValueError):
-    """Bad arguments to :func:`verify` (mode, sample count, an impossible exhaustive run)."""
+    """A bad argument to :func:`verify` (a mode the construction does not have, a sample count, an
+    exhaustive run over the limit ...): ``parameter`` is its name, ``reason`` what it allows;
+    ``str(e)`` is ``"<parameter>: <reason>"``."""
+
+    def __init__(self, parameter: str, reason: str):
+        super().__init__(f"{parameter}: {reason}")
+        self.parameter, self.reason = parameter, reason
 
 
 @dataclass
@@ -68,6 +82,9 @@ class Report:
     counterexample: dict | None = None
     reason: str = ""
     details: dict = field(default_factory=dict)
+    mode_reason: str | None = None  # why this mode, when none was asked for (:func:`choose_mode`)
+    input_count: str = ""  # the number of distinct inputs, short (:func:`format_count`)
+    input_count_log2: float | None = None  # its log2 (None: too many to count)
 
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
@@ -101,6 +118,8 @@ def _runner(fmt: Format, arithmetic: str, device: str) -> Callable[[CompiledMode
     in float64 / float32 (the real arithmetic's closest runnable arithmetic is float64)."""
     if arithmetic == "fixed":
         return lambda model, tokens: run(model, tokens, fmt, device=device)
+    from exactformer.verify.torch_run import run_torch  # torch is imported here, when a float run is asked for
+
     dtype = "float32" if arithmetic == "float32" else "float64"
     return lambda model, tokens: run_torch(model, tokens, dtype)
 
@@ -119,7 +138,8 @@ def check_batches(model: CompiledModel, fmt: Format, batches: Iterable[Batch], d
             counts[key] = counts.get(key, 0) + int(val)
         truth = np.asarray(b.truth).reshape(len(b), -1)  # [B, A]
         if truth.shape != res.margin.shape:
-            raise VerifyError(f"the task gives truths of shape {truth.shape} for answers of shape {res.margin.shape}")
+            raise VerifyError("model", f"its task gives truths of shape {truth.shape} for answers of shape "
+                                       f"{res.margin.shape}")
         got = np.array([[a if a is not None else -1 for a in row] for row in res.answers]).reshape(truth.shape)
         ok = got == truth
         signed = np.where(ok, res.margin, -res.margin)
@@ -158,41 +178,160 @@ def counterexample_runner(fmt: Format, device: str = "cpu", arithmetic: str = "f
     return run_candidates
 
 
-def verify(model: Any, mode: str = "certify", fmt: Format | str | None = None, samples: int = 1000, seed: int = 0,
-           device: str = "cpu", progress: Callable[[int], None] | None = None,
+# ---- the arguments: one check each, used by xf.verify and the CLI ----------------------------------------------
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, (int, np.integer)) and not isinstance(value, bool)
+
+
+def check_model(model: Any) -> CompiledModel | ProgramModel:
+    """The built model behind ``model`` (an ``xf.Model``, an EMA program, or a compiled model)."""
+    model = getattr(model, "compiled", model)
+    if not isinstance(model, (CompiledModel, ProgramModel)):
+        raise VerifyError("model", f"must be a built construction (xf.build / xf.load), got {type(model).__name__}")
+    return model
+
+
+def check_mode(mode: str | None) -> str | None:
+    """A mode name (or None: the strongest the construction has, :func:`choose_mode`)."""
+    if mode is not None and mode not in MODES:
+        raise VerifyError("mode", f"must be one of {' | '.join(MODES)}, got {mode!r}")
+    return mode
+
+
+def check_arithmetic(arithmetic: str) -> str:
+    if arithmetic not in ARITHMETICS:
+        raise VerifyError("arithmetic", f"must be one of {' | '.join(ARITHMETICS)}, got {arithmetic!r}")
+    return arithmetic
+
+
+def check_device(device: str) -> str:
+    """cpu, or cuda where a CUDA device is available."""
+    if device not in DEVICES:
+        raise VerifyError("device", f"must be one of {' | '.join(DEVICES)}, got {device!r}")
+    if device == "cuda":
+        import torch
+
+        if not torch.cuda.is_available():
+            raise VerifyError("device", "cuda: no CUDA device is available (use cpu)")
+    return device
+
+
+def check_samples(samples: int | None) -> int | None:
+    """The number of random inputs of sample mode: an integer >= 1 (None: :data:`DEFAULT_SAMPLES`)."""
+    if samples is not None and (not _is_int(samples) or samples < 1):
+        raise VerifyError("samples", f"must be an integer >= 1, got {samples!r}")
+    return None if samples is None else int(samples)
+
+
+def check_seed(seed: int | None) -> int | None:
+    """The seed of sample mode's random inputs: an integer >= 0 (None: 0)."""
+    if seed is not None and (not _is_int(seed) or seed < 0):
+        raise VerifyError("seed", f"must be an integer >= 0, got {seed!r}")
+    return None if seed is None else int(seed)
+
+
+def check_fmt(fmt: Format | str | None) -> Format | None:
+    """A number format or its name (None: the one the model was built for)."""
+    if isinstance(fmt, str):
+        try:
+            return parse_format(fmt)
+        except ValueError as e:
+            raise VerifyError("fmt", str(e)) from None
+    if fmt is not None and not isinstance(fmt, Format):
+        raise VerifyError("fmt", f"must be a number format or its name, got {type(fmt).__name__}")
+    return fmt
+
+
+def check_sampling(mode: str, samples: int | None, seed: int | None) -> tuple[int, int]:
+    """(samples, seed) for a run in ``mode``: given values apply to sample mode only."""
+    given = [name for name, value in (("samples", samples), ("seed", seed)) if value is not None]
+    if given and mode != "sample":
+        raise VerifyError(given[0], f"only with mode sample (this run's mode is {mode}: {COVERS[mode]})")
+    return DEFAULT_SAMPLES if samples is None else samples, 0 if seed is None else seed
+
+
+def task_of(model: CompiledModel | ProgramModel) -> Verifiable:
+    """The task of a built model: its declared modes and input count."""
+    return model.application if isinstance(model, ProgramModel) else registry.task_of(model)
+
+
+def exhaustive_refusal(task: Verifiable, model: CompiledModel | ProgramModel) -> str | None:
+    """Why exhaustive mode refuses ``model`` (more than :data:`EXHAUSTIVE_LIMIT` inputs), or None."""
+    count = task.count(model)
+    if count <= EXHAUSTIVE_LIMIT:
+        return None
+    others = " | ".join(m for m in task.modes if m != "exhaustive")
+    return (f"exhaustive: {model.construction} at N = {model.n} has {format_count(count, model.n)} inputs, above "
+            f"the limit of {format_count(EXHAUSTIVE_LIMIT)}" + (f"; use {others}" if others else ""))
+
+
+def choose_mode(task: Verifiable, model: CompiledModel | ProgramModel, mode: str | None) -> tuple[str, str | None]:
+    """The mode to run and, when none was asked for, why it was chosen. ``mode`` given: itself if the
+    task declares it (``task.modes``) and, for exhaustive, the inputs fit :data:`EXHAUSTIVE_LIMIT`;
+    else :class:`VerifyError` naming the modes it has. ``mode`` None: the strongest declared mode
+    that applies -- certify, else exhaustive where the inputs fit, else sample."""
+    name = model.construction
+    if mode is not None:
+        if mode not in task.modes:
+            raise VerifyError("mode", f"{name} has no {mode} mode; its modes: {' | '.join(task.modes)}")
+        refusal = exhaustive_refusal(task, model) if mode == "exhaustive" else None
+        if refusal:
+            raise VerifyError("mode", refusal)
+        return mode, None
+    skipped = []
+    for m in MODES:
+        if m not in task.modes:
+            skipped.append(f"no certificate for {name}" if m == "certify" else f"no {m} mode")
+        elif m == "exhaustive" and exhaustive_refusal(task, model):
+            skipped.append(f"{format_count(task.count(model), model.n)} inputs, above the exhaustive limit of "
+                           f"{format_count(EXHAUSTIVE_LIMIT)}")
+        else:
+            strongest = "" if skipped else "the strongest mode, "
+            return m, "; ".join(skipped + [f"{m}: {strongest}{COVERS[m]}"])
+    raise VerifyError("mode", f"{name}: none of its modes ({' | '.join(task.modes)}) applies ({'; '.join(skipped)})")
+
+
+# ---- verification ------------------------------------------------------------------------------------------------
+
+
+def verify(model: Any, mode: str | None = None, fmt: Format | str | None = None, samples: int | None = None,
+           seed: int | None = None, device: str = "cpu", progress: Callable[[int], None] | None = None,
            phase: Callable[[str], None] | None = None, arithmetic: str = "fixed") -> Report:
     """Verify ``model`` under ``fmt`` (default: the precision it was built for).
 
     ``mode``: "certify" (a proof for all inputs, or a counterexample), "exhaustive" (every input;
-    refused above 2^22 inputs) or "sample" (``samples`` seeded random inputs plus as many
-    adversarial ones, see the task). ``arithmetic``: "fixed" (the exact executor under ``fmt``),
-    or "float32" / "float64" / "real": the model as torch runs its exported weights (certificates:
-    rigorous float error bounds; sampling and exhaustive: the torch module itself).
+    refused above 2^22 inputs) or "sample" (``samples`` seeded random inputs, default 1000, plus as
+    many adversarial ones, see the task); a mode the construction does not declare is refused.
+    None (the default): the strongest mode it has (:func:`choose_mode`), and the report's
+    ``mode_reason`` says why. ``samples`` and ``seed`` apply to sample mode only.
+    ``arithmetic``: "fixed" (the exact executor under ``fmt``), or "float32" / "float64" / "real":
+    the model as torch runs its exported weights (certificates: rigorous float error bounds;
+    sampling and exhaustive: the torch module itself). ``device``: cpu or cuda.
     ``progress(n)`` is called with the inputs done per batch, ``phase(name)`` with each
-    certificate step."""
-    model = getattr(model, "compiled", model)
+    certificate step. Every bad argument raises :class:`VerifyError` naming it."""
+    model = check_model(model)
+    check_mode(mode)
+    check_arithmetic(arithmetic)
+    check_device(device)
+    fmt = check_fmt(fmt)
+    task = task_of(model)
+    mode, why = choose_mode(task, model, mode)
+    samples, seed = check_sampling(mode, check_samples(samples), check_seed(seed))
+    count = task.count(model)
+    extra = dict(mode_reason=why, input_count=format_count(count, model.n), input_count_log2=count_log2(count))
     if isinstance(model, ProgramModel):  # an EMA-program construction: the four-way differential check
         if arithmetic != "fixed":
-            raise VerifyError(f"arithmetic: an EMA program has no weights to run in {arithmetic}; only fixed applies")
-        if mode not in MODES:
-            raise VerifyError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
-        try:
-            return Report(**report_fields(model, mode, fmt, samples, seed, device, progress))
-        except CheckError as e:
-            raise VerifyError(str(e)) from None
-    if not isinstance(model, CompiledModel):
-        raise VerifyError(f"model must be a built construction (xf.build / xf.load), got {type(model).__name__}")
-    if mode not in MODES:
-        raise VerifyError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
-    if arithmetic not in ARITHMETICS:
-        raise VerifyError(f"arithmetic must be one of {', '.join(ARITHMETICS)}, got {arithmetic!r}")
-    if fmt is None:
-        fmt = model.precision or "float64"
-    if isinstance(fmt, str):
-        fmt = parse_format(fmt)
-    task: Task = registry.task_of(model)
+            raise VerifyError("arithmetic", f"an EMA program has no weights to run in {arithmetic}; only fixed applies")
+        if device != "cpu":
+            raise VerifyError("device", f"an EMA program runs on the CPU (numpy), got {device!r}")
+        if fmt is not None and not fmt.is_exact:
+            raise VerifyError("fmt", f"an EMA program runs in fixed point, got {fmt.name}")
+        return Report(**report_fields(model, mode, fmt, samples, seed, progress), **extra)
+    fmt = fmt or parse_format(model.precision or "float64")
     t0 = time.perf_counter()
-    base = _base(model, fmt, mode, seed if mode == "sample" else None)
+    base = _base(model, fmt, mode, seed if mode == "sample" else None) | extra
     if arithmetic != "fixed":
         base["precision"], base["precision_bits"] = arithmetic, {"float32": 32}.get(arithmetic, 64)
     elif not fmt.is_exact:
@@ -212,14 +351,8 @@ def verify(model: Any, mode: str = "certify", fmt: Format | str | None = None, s
                       min_margin=None if cert.min_margin is None else str(cert.min_margin),
                       counterexample=cert.counterexample, reason=cert.reason, details=cert.details)
     if mode == "exhaustive":
-        total = task.count(model)
-        if total > EXHAUSTIVE_LIMIT:
-            raise VerifyError(f"exhaustive mode: {total} inputs exceed the limit of {EXHAUSTIVE_LIMIT}; use sample or certify")
         batches: Iterable[Batch] = task.exhaustive(model)
     else:
-        if isinstance(samples, bool) or not isinstance(samples, int) or samples < 1:
-            raise VerifyError(f"samples must be an integer >= 1, got {samples!r}")
-
         def both() -> Iterable[Batch]:
             yield from task.adversarial(model, samples, seed + 1)
             yield from task.sample(model, samples, seed)
