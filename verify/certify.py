@@ -254,29 +254,29 @@ def _layer(ctx: CertContext, li: int, owners: dict[int, Any], state: State, need
     parts_by_pos = _align(need, residual, [out for _, out in heads])
     cols = state.cols
     new_groups = []
+    # the layer's weights as the loop over view groups reads them (the same for every group)
     W_O = W[pre + "attn.W_O"]
     b_O = W[pre + "attn.b_O"][cols]
+    W_rows = [W_O[h][np.flatnonzero(np.any(W[pre + "attn.W_V"][h] != 0, axis=0) | (W[pre + "attn.b_V"][h] != 0))][:, cols]
+              for h, _ in heads]
+    W_heads = np.concatenate(W_rows, axis=0) if W_rows else None
+    rows = np.flatnonzero(np.any(W[pre + "mlp.W_in"] != 0, axis=1))
+    ci = state.col_index(rows)
+    W_in, b_in = W[pre + "mlp.W_in"][rows], W[pre + "mlp.b_in"]
+    W_out, b_out = W[pre + "mlp.W_out"][:, cols], W[pre + "mlp.b_out"][cols]
     for parts in parts_by_pos:
         for group, tables in join_views(parts):
-            x = tables[0]
-            zs, W_rows = [], []
-            for (h, _), z in zip(heads, tables[1:]):
-                vdims = np.flatnonzero(np.any(W[pre + "attn.W_V"][h] != 0, axis=0) | (W[pre + "attn.b_V"][h] != 0))
-                zs.append(z)
-                W_rows.append(W_O[h][vdims][:, cols])
+            x, zs = tables[0], tables[1:]
             shape = np.broadcast_shapes(*[np.shape(t.lo)[:-1] for t in tables])
             x = Box(np.broadcast_to(x.lo, shape + (cols.size,)), np.broadcast_to(x.hi, shape + (cols.size,)))
             if zs:
                 zcat = Box(np.concatenate([np.broadcast_to(z.lo, shape + z.lo.shape[-1:]) for z in zs], axis=-1),
                            np.concatenate([np.broadcast_to(z.hi, shape + z.hi.shape[-1:]) for z in zs], axis=-1))
-                attn = arith.affine(zcat, np.concatenate(W_rows, axis=0), b_O)
+                attn = arith.affine(zcat, W_heads, b_O)
             else:
                 attn = Box.point(np.broadcast_to(b_O, shape + (cols.size,)))
             x = arith.add(x, attn)
-            rows = np.flatnonzero(np.any(W[pre + "mlp.W_in"] != 0, axis=1))
-            ci = state.col_index(rows)
-            mlp = mlp_image(arith, x[..., ci], W[pre + "mlp.W_in"][rows], W[pre + "mlp.b_in"],
-                            W[pre + "mlp.W_out"][:, cols], W[pre + "mlp.b_out"][cols])
+            mlp = mlp_image(arith, x[..., ci], W_in, b_in, W_out, b_out)
             x = arith.add(x, mlp)
             new_groups.append(Group(group.pos, group.vars, x))
     if li == len(ctx.model.blocks) - 1:  # the readout reads the answer positions only
