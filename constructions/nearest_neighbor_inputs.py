@@ -223,15 +223,32 @@ def _words(count: int, D: int, h: int, rng: np.random.Generator) -> np.ndarray:
     raise InputError(f"no {count} words of {D} bits at distance >= {h} found (N too large for d_in and the margin)")
 
 
+def _cube(task: Any, model: Any) -> tuple[int, int, int, int]:
+    """(S, D, e, b) for the hypercube words: ``_grid``'s, except that with d' < 4 (no Hadamard basis
+    of order 4) the words use all D = d' coordinates with entries +-1/2 (e = 1, norm^2 = D/4 < 1)."""
+    d = int(model.task_params["d_in"])
+    if d >= 4:
+        return _grid(task, model)
+    S = task.scale(model)
+    b = _two_adic(S) - 1
+    g = task.precondition(model).margin
+    if b < 1 or (g * (1 << b)).denominator != 1:
+        raise InputError(f"the input generator needs a binary grid with at least 2 fraction bits and a margin "
+                         f"that is a multiple of 2^-b (here b = {b}, margin {g})")
+    return S, d, 1, b
+
+
 def _all_batch(task: Any, model: Any, B: int, kind: str, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
-    S, D, e, b = _grid(task, model)
+    S, D, e, b = _cube(task, model)
     n, L = model.n, task.labels(model)
     g = task.precondition(model).margin
-    h = max(1, math.ceil(g * D / 2))  # words at distance h: inner products <= 1 - 2h/D <= 1 - margin
-    if kind == "short-norm" and h < D // 2:  # room for queries scaled down to c >= margin D / (2h) < 1
+    # words of D entries +-2^-e at distance h: <w, w> - <w, w'> = 2h 4^-e >= margin
+    h = max(1, math.ceil(g * 4**e / 2))
+    if kind == "short-norm" and h < D // 2:  # room for queries scaled down to c >= margin 4^e / (2h) < 1
         h += 1
     if 2 * h > D or h > D:
-        raise InputError(f"all-queries inputs need a margin <= 1 in D = {D} dims")
+        raise InputError(f"all-queries inputs need words at Hamming distance >= {h} in D = {D} dims "
+                         f"(margin {g}): none exist for d_in = {int(model.task_params['d_in'])}")
     half = n // 2
     X = np.zeros((B, n, int(model.task_params["d_in"])), dtype=np.int64)
     Y = rng.integers(0, L, size=(B, n - 1))
@@ -241,8 +258,8 @@ def _all_batch(task: Any, model: Any, B: int, kind: str, rng: np.random.Generato
         perm = rng.permutation(half) if kind != "edges" else np.r_[half - 1, np.arange(half - 1)]
         X[i, :half, :D] = w * unit
         X[i, half:, :D] = w[perm[: n - half]] * unit
-        if kind == "short-norm":  # queries scaled by c >= margin D / (2h), a multiple of 2^-b
-            cmin = min(1 << b, math.ceil(g * D / (2 * h) * (1 << b)))
+        if kind == "short-norm":  # queries scaled by c >= margin 4^e / (2h), a multiple of 2^-b
+            cmin = min(1 << b, math.ceil(g * 4**e / (2 * h) * (1 << b)))
             c = rng.integers(cmin, (1 << b) + 1, size=n - half)
             X[i, half:, :D] = w[perm[: n - half]] * (c[:, None] * (S >> (b + e)))
         if kind == "labels":

@@ -198,6 +198,21 @@ def test_generator_is_exact_and_every_kind_keeps_the_precondition(queries):
     assert task.scale(m) % 16 == 0
 
 
+@pytest.mark.parametrize("d_in", [2, 3])
+def test_all_queries_in_fewer_than_four_dims_are_sampled(d_in):
+    """The reported crash: with queries="all" and d_in < 4 the model certified but sampling raised
+    (the hypercube words needed a Hadamard basis of order 4). Words on all d_in coordinates with
+    entries +-1/2 keep the precondition; the sample runs and agrees with the certificate."""
+    m = nearest_neighbor(8, d_in=d_in, queries="all")
+    task = task_of(m)
+    for kind in ni.KINDS_ALL:
+        X, Y = ni._all_batch(task, m, 10, kind, np.random.default_rng(1))
+        task.check(m, X, Y)
+    assert xf.verify(m, mode="certify").passed
+    r = xf.verify(m, mode="sample", samples=20)
+    assert r.passed and r.inputs_covered == 40
+
+
 def test_parameters_are_checked_with_one_line_errors():
     for kw, word in [(dict(n=7), "n must be an even integer"), (dict(n=8, margin=3), "margin must lie in"),
                      (dict(n=8, variant="x"), "variant must be one of"), (dict(n=8, queries="some"), "queries must be one of"),
