@@ -142,12 +142,12 @@ def equality(n: int, positions: str = "auto", eta: Fraction | str | None = None,
     Parameters
     ----------
     n : even int in [2, 2^24]. Input length N (two halves of N/2).
-    positions : auto | reed-solomon | random | onehot, or a code object with at least N vectors.
+    positions : auto | reed-solomon | random | onehot (Python: also a PositionCode with at least N vectors).
     eta : robust | threshold | minimal | a number > 0. The first layer's scale. robust (default): the
         smallest that makes every worst-case row exactly one-hot in the format and within the XOR
         MLP's tolerance in exact reals, float64 and float32; threshold: within the tolerance
         everywhere; minimal: one-hot in the format only (fixed-point only); or given.
-    precision : binary:int=I,frac=F | paper:n=N,kc=K | float64. Default: the fewest-bit binary format
+    precision : binary:int=I,frac=F | paper:n=N,kc=K | float64 | float32. Default: the fewest-bit binary format
         that satisfies the sufficient condition.
     max_inner : the position code's largest inner product mu, in (0, 1).
     seed : seed of a random position code.
@@ -163,9 +163,9 @@ def inequality(n: int, positions: str = "auto", eta: Fraction | str | None = Non
     Parameters
     ----------
     n : even int in [2, 2^24]. Input length N (two halves of N/2).
-    positions : auto | reed-solomon | random | onehot, or a code object with at least N vectors.
+    positions : auto | reed-solomon | random | onehot (Python: also a PositionCode with at least N vectors).
     eta : robust | threshold | minimal | a number > 0 (see equality).
-    precision : binary:int=I,frac=F | paper:n=N,kc=K | float64 (see equality).
+    precision : binary:int=I,frac=F | paper:n=N,kc=K | float64 | float32 (see equality).
     max_inner : the position code's largest inner product mu, in (0, 1).
     seed : seed of a random position code.
     """

@@ -211,12 +211,12 @@ def index_lookup(
     ----------
     n : int in [2, 2^24]. Sequence length N (the index p ranges over [1, N]).
     alphabet : int in [2, 2^16]. |Sigma|; the symbols are 0 .. alphabet-1.
-    positions : auto | reed-solomon | random | onehot, or a position code object with n >= N.
+    positions : auto | reed-solomon | random | onehot (Python: also a PositionCode with n >= N).
     eta : robust | minimal | a number > 0 (eta/k on the format's grid). robust (default): the
         smallest eta for which the sufficient condition holds in the format and in exact reals,
         float64 and float32 (the model is right wherever it runs); minimal: the smallest for the
         format alone (fixed-point only: it relies on weights rounding to 0).
-    precision : a format: binary:int=I,frac=F | paper:n=N,kc=K | float64. Default: the binary
+    precision : a format: binary:int=I,frac=F | paper:n=N,kc=K | float64 | float32. Default: the binary
         format with the fewest bits in which the chosen eta exists.
     max_inner : the position code's largest inner product mu, in (0, 1).
     seed : seed of a random position code.

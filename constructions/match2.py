@@ -30,7 +30,7 @@ import numpy as np
 from exactformer.constructions.assemble import Layout, ModelBuilder
 from exactformer.constructions.blocks.match import MatchHead, MatchIndicator, ema_weight
 from exactformer.constructions.blocks.readout import SymbolReadout
-from exactformer.constructions.ir import CompiledModel, Param
+from exactformer.constructions.ir import CompiledModel, IRError, Param
 from exactformer.constructions.mpc_tasks import (
     match2_adversarial,
     match2_draw,
@@ -234,7 +234,7 @@ def match2(n: int, modulus: int = 37, eta: Fraction | None = None,
     eta : attention scale > 0 on the format's grid. Default: the smallest grid value with
         round(e^-eta S) = 0 (eta > ln S under floor rounding) and eta >= ln(8(N+1)) (then the
         exported model is right in real arithmetic too).
-    precision : binary:int=I,frac=F | paper:n=N,kc=K | float64. Default: the fewest-bit binary
+    precision : binary:int=I,frac=F | paper:n=N,kc=K | float64 | float32. Default: the fewest-bit binary
         format satisfying the lowering condition at c_max = N (S >= N, N S <= max, eta b <= max).
     """
     if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or not 1 <= n <= MAX_N:
@@ -273,7 +273,10 @@ def match2(n: int, modulus: int = 37, eta: Fraction | None = None,
             "precision_bits": Param(getattr(fmt, "bits", 64), "bits of one number in the format"),
         })
     if fmt.is_exact:
-        model.weights_raw(fmt)  # raises IRError naming a weight the format cannot represent
+        try:
+            model.weights_raw(fmt)
+        except IRError as e:  # only a given eta can do this: the default is chosen to fit
+            raise Match2Error(f"eta = {eta} does not fit precision {fmt.name}: {e}") from None
     return model
 
 

@@ -29,7 +29,7 @@ from exactformer.constructions.mpc_compile import (
     compile_protocol,
     resources,
 )
-from exactformer.constructions.task import TaskError
+from exactformer.constructions.task import TaskError, Verifiable
 from exactformer.precision import FixedPoint
 
 COUNT_WORK_LIMIT = 1 << 18  # count_rgs is exact up to n * min(n, blocks) of this many steps
@@ -192,9 +192,12 @@ class ProgramModel:
                 "bounds": [{"quantity": q, "built": b, "P2": p} for q, b, p in r.rows()]}
 
 
-class Application:
-    """An application of Thm 4.1: a protocol builder, its ground truth and its input sources."""
+class Application(Verifiable):
+    """An application of Thm 4.1: a protocol builder, its ground truth and its input sources. It has
+    no certificate (its element-wise maps are arbitrary functions, P2 Def. 2.2): it is verified by
+    running inputs, every one (every equality pattern for the string tasks) or seeded samples."""
 
+    modes = ("exhaustive", "sample")
     name = ""
     theorem = ""
     domain_name = "inputs"

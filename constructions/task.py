@@ -10,6 +10,7 @@ Constructions register their builder with their task in :mod:`exactformer.constr
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any, Iterator
 
@@ -18,8 +19,81 @@ import numpy as np
 from exactformer.constructions.ir import CompiledModel
 
 
+#: the verification modes, strongest first: a proof for every input, every input run, seeded samples
+MODES = ("certify", "exhaustive", "sample")
+EXHAUSTIVE_LIMIT = 1 << 22  # inputs; exhaustive mode refuses more
+
+EXACT_DIGITS = 6  # counts below 10^6 are written out; larger ones as powers where they are products of powers
+DECIMAL_LIMIT = 10**12  # a larger count that is no such product is written as "about 2^x"
+
+
 class TaskError(ValueError):
     """A natural input the task does not accept (the message names the parameter and the range)."""
+
+
+def _power(count: int, base: int) -> tuple[int, int]:
+    """(e, rest) with count = base^e * rest and rest not divisible by base."""
+    e = 0
+    while count % base == 0:
+        count //= base
+        e += 1
+    return e, count
+
+
+def _nth_root(count: int, n: int) -> int:
+    """floor(count^(1/n)) for count >= 1."""
+    b = max(1, int(round(2 ** (math.log2(count) / n))))
+    while b > 1 and b**n > count:
+        b -= 1
+    while (b + 1) ** n <= count:
+        b += 1
+    return b
+
+
+def format_count(count: int | float, n: int | None = None) -> str:
+    """An input count, short: written out below 10^6; else exactly as powers -- ``b^N*m`` when
+    ``n`` = N is given and count = b^N * m with m < 10^6 (Index Lookup's ``64^4096*4096``), else
+    ``p^e*m`` for p in 2, 3, 5, 7 and m < 10^6 (``2^4096``); else written out below 10^12;
+    else ``about 2^x`` (x = log2 to one decimal). ``math.inf`` (a count too large to compute,
+    :func:`~exactformer.constructions.mpc_tasks.count_rgs`) is ``more than 2^1000``. Never a
+    number with more digits than that (Python refuses to print ints above 4300 digits)."""
+    if isinstance(count, float):
+        if math.isinf(count):
+            return "more than 2^1000"
+        count = int(count)
+    small = 10**EXACT_DIGITS
+    if count < small:
+        return str(count)
+    if n is not None and n >= 2:
+        b = _nth_root(count, n)
+        if b >= 2 and count % b**n == 0 and count // b**n < small:
+            m = count // b**n
+            return f"{b}^{n}" + (f"*{m}" if m > 1 else "")
+    e, p = max((_power(count, p)[0], p) for p in (2, 3, 5, 7))
+    rest = count // p**e
+    if e > 1 and rest < small:
+        return f"{p}^{e}" + (f"*{rest}" if rest > 1 else "")
+    if count < DECIMAL_LIMIT:
+        return str(count)
+    return f"about 2^{math.log2(count):.1f}"
+
+
+def count_log2(count: int | float) -> float | None:
+    """log2 of an input count (None for ``math.inf``, a count too large to compute), 3 decimals."""
+    return None if isinstance(count, float) and math.isinf(count) else round(math.log2(count), 3)
+
+
+class Verifiable:
+    """What the verifier reads from the task of any construction, weight model or EMA program
+    (:class:`Task`, :class:`~exactformer.constructions.mpc_tasks.Application`): the verification
+    modes it has (declared, never inferred from a failed proof) and its number of inputs."""
+
+    #: the modes of :data:`MODES` this task's constructions can be verified in (strongest first)
+    modes: tuple[str, ...] = MODES
+
+    def count(self, model: Any) -> int | float:
+        """The number of distinct inputs (``math.inf`` where too large to compute)."""
+        raise NotImplementedError
 
 
 @dataclass
@@ -71,8 +145,9 @@ class Domains:
         return t, u
 
 
-class Task:
-    """The interface every task implements (see the module docstring)."""
+class Task(Verifiable):
+    """The interface every task implements (see the module docstring). Weight models have all
+    three modes: a certificate (:mod:`exactformer.verify.certify`), every input, samples."""
 
     #: how a natural input becomes tokens, for exports (schema in docs/exports.md)
     ENCODING: dict[str, Any] = {}

@@ -221,7 +221,7 @@ def threshold_features(n: int, features: list | None = None, b: int | None = Non
     k : int in [1, 8]. The sparsity bound (= heads). Default max |I_j|.
     positions : auto | reed-solomon | random | onehot.
     eta : robust | threshold | minimal | a number > 0 (see equality).
-    precision : binary:int=I,frac=F | paper:n=N,kc=K | float64. Default: fewest-bit binary format.
+    precision : binary:int=I,frac=F | paper:n=N,kc=K | float64 | float32. Default: fewest-bit binary format.
     max_inner : the position code's largest inner product mu, in (0, 1).
     seed : seed of a random position code.
     feature_seed : seed of the default random features.
@@ -253,7 +253,7 @@ def disjointness(n: int, positions: str = "auto", eta: Fraction | str | None = N
     n : even int in [2, 2^22]. Input length N.
     positions : auto | reed-solomon | random | onehot.
     eta : robust | threshold | minimal | a number > 0 (see equality).
-    precision : binary:int=I,frac=F | paper:n=N,kc=K | float64. Default: fewest-bit binary format.
+    precision : binary:int=I,frac=F | paper:n=N,kc=K | float64 | float32. Default: fewest-bit binary format.
     max_inner : the position code's largest inner product mu, in (0, 1).
     seed : seed of a random position code.
     """
@@ -290,7 +290,7 @@ def k_dnf(n: int, terms: list | None = None, k: int | None = None, clause_seed: 
     clause_seed : seed of the default random terms.
     positions : auto | reed-solomon | random | onehot.
     eta : robust | threshold | minimal | a number > 0 (see equality).
-    precision : binary:int=I,frac=F | paper:n=N,kc=K | float64.
+    precision : binary:int=I,frac=F | paper:n=N,kc=K | float64 | float32.
     max_inner : the position code's largest inner product mu, in (0, 1).
     seed : seed of a random position code.
     """
@@ -312,7 +312,7 @@ def k_cnf(n: int, clauses: list | None = None, k: int | None = None, clause_seed
     clause_seed : seed of the default random clauses.
     positions : auto | reed-solomon | random | onehot.
     eta : robust | threshold | minimal | a number > 0 (see equality).
-    precision : binary:int=I,frac=F | paper:n=N,kc=K | float64.
+    precision : binary:int=I,frac=F | paper:n=N,kc=K | float64 | float32.
     max_inner : the position code's largest inner product mu, in (0, 1).
     seed : seed of a random position code.
     """

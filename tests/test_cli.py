@@ -18,7 +18,7 @@ import exactformer as xf
 from exactformer.constructions import registry
 from exactformer.constructions.index_lookup import IndexLookupTask, index_lookup
 from exactformer.constructions.ir import CompiledModel
-from exactformer.verify.cli import app
+from exactformer.verify.cli import ALL_SAMPLES, app
 from exactformer.verify.cli_options import builder_kwargs, parameter_docs
 from exactformer.verify.cli_output import Steps
 
@@ -135,17 +135,20 @@ def test_build_table_and_out_errors(tmp_path: Path):
     (["verify", "equality"], ["--n is required", "[2, 2^24]"]),
     (["verify", "index-lookup", "--n", "1"], ["n must be an integer in [2, 2^24]"]),
     (["verify", "index-lookup", "--n", "64", "--mode", "prove"], ["--mode", "certify | exhaustive | sample"]),
-    (["verify", "index-lookup", "--n", "64", "--device", "tpu"], ["--device", "cpu or cuda"]),
+    (["verify", "index-lookup", "--n", "64", "--device", "tpu"], ["--device", "cpu | cuda"]),
     (["verify", "index-lookup", "--n", "64", "--precision", "binary:int=-1,frac=3"], ["--precision"]),
-    (["verify", "index-lookup", "--n", "64", "--samples", "9"], ["--samples", "only with --mode sample"]),
+    (["verify", "index-lookup", "--n", "64", "--samples", "9"], ["--samples", "only with mode sample", "certify"]),
+    (["verify", "index-lookup", "--n", "64", "--mode", "exhaustive", "--seed", "9"], ["--seed", "only with mode sample"]),
+    (["verify", "index-lookup", "--n", "64", "--mode", "sample", "--seed", "-3"], ["--seed", ">= 0"]),
     (["verify", "index-lookup", "--n", "64", "--mode", "sample", "--samples", "0"], ["--samples", ">= 1"]),
     (["verify", "index-lookup", "--n", "64", "--mode", "sample", "--samples", "x"], ["--samples", "integer"]),
     (["verify", "index-lookup", "--n", "64", "--mode", "exhaustive"], ["exhaustive", "limit"]),
     (["verify", "index-lookup", "--n", "64", "--find-min-precision", "--mode", "sample"], ["--find-min-precision", "--mode"]),
     (["verify", "index-lookup", "--n", "64", "--scan", "paper"], ["--scan", "only with --find-min-precision"]),
-    (["verify", "all", "--n", "64", "--mode", "exhaustive"], ["--mode exhaustive", "limit"]),
+    (["verify", "all", "--n", "64", "--mode", "exhaustive"], ["--mode: exhaustive", "2^390 inputs", "limit of 2^22"]),
     (["verify", "all", "--n", "64", "--alphabet", "4"], ["--alphabet", "no such option"]),
-    (["verify", "all", "--n", "64", "--samples", "3"], ["--samples", "only with --mode sample"]),
+    (["verify", "all", "--n", "64", "--mode", "certify", "--samples", "3"], ["--samples", "only with mode sample"]),
+    (["verify", "all", "--n", "8", "--samples", "3"], ["--samples", "no row is sampled"]),
     (["positions", "--n", "2^40", "--certify"], ["--certify", "hours", "--force"]),
     (["positions", "--n", "100", "--force"], ["--force", "only with --certify"]),
 ])
@@ -218,47 +221,90 @@ def test_find_min_precision_table_and_json():
 def test_verify_all_small():
     r = invoke("verify", "all", "--n", "16", "--json")
     d = one_json(r)
-    assert r.exit_code == 0 and d["passed"] and d["n"] == 16 and d["mode"] == "certify"
+    assert r.exit_code == 0 and d["passed"] and d["n"] == 16 and d["mode"] is None and d["samples"] == ALL_SAMPLES
     assert [x["name"] for x in d["reports"]] == registry.names()
-    # every construction certifies, except the EMA programs (no certificate): those are sampled, said so
-    assert all(REPORT_KEYS <= set(x) and x["precision"] and (x["note"] is None) != (x["details"].get("kind") == "ema-program")
-               for x in d["reports"])
+    # every row in the strongest mode its construction declares: weight models certify; EMA programs have
+    # no certificate and Bell(16) > 2^22 equality patterns, so they are sampled (ALL_SAMPLES, seed 0), said so
+    for x in d["reports"]:
+        program = x["details"].get("kind") == "ema-program"
+        assert REPORT_KEYS <= set(x) and x["precision"] and x["note"] is None, x["name"]
+        assert x["mode"] == ("sample" if program else "certify") and x["mode_reason"], x["name"]
+        assert (x["samples"], x["seed"]) == ((ALL_SAMPLES, 0) if program else (None, None))
+        assert x["mode_reason"].startswith("no certificate" if program else "certify")
     r = invoke("verify", "all", "--n", "16", "--mode", "sample", "--samples", "4", "--seed", "2", "--json")
     d = one_json(r)  # the mode is honoured, not ignored
-    assert r.exit_code == 0 and all(x["mode"] == "sample" and x["seed"] == 2 for x in d["reports"])
+    assert r.exit_code == 0 and all(x["mode"] == "sample" and x["seed"] == 2 and x["samples"] == 4 for x in d["reports"])
     r = invoke("verify", "all", "--n", "16")
     assert r.exit_code == 0 and all(name in r.stdout for name in registry.names())
+    # the table says which mode and how many inputs, with the seed of sampled rows
+    row = next(line for line in r.stdout.splitlines() if line.startswith("k-hop "))
+    assert " sample " in row and f"of 10480142147 ({ALL_SAMPLES} random, seed 0" in row
+    assert "all 2^100" in next(line for line in r.stdout.splitlines() if line.startswith("index-lookup "))
 
 
-def _tiny(n: int, alphabet: int = 2, wide: bool = False) -> CompiledModel:
-    """A test construction without a certificate (its model has no plan of certified blocks).
+def test_verify_all_with_a_mode_some_rows_lack():
+    """--mode certify: the EMA programs have no certificate; they run in their strongest mode and
+    their rows say so (the stated fallback of docs/cli.md), never a failure for a missing mode."""
+    r = invoke("verify", "all", "--n", "8", "--mode", "certify", "--json")
+    d = one_json(r)
+    assert r.exit_code == 0 and d["passed"] and d["mode"] == "certify"
+    for x in d["reports"]:
+        if x["details"].get("kind") == "ema-program":
+            assert x["mode"] == "exhaustive" and "no certificate for" in x["note"] and x["inputs_covered"] == 4140
+        else:
+            assert x["mode"] == "certify" and x["note"] is None and x["mode_reason"] is None
 
-    Parameters
-    ----------
-    n : int in [2, 64]. N.
-    alphabet : int in [2, 4]. |Sigma|.
-    wide : use a 4-symbol alphabet instead.
-    """
-    model = index_lookup(n, 4 if wide else alphabet)
-    model.plan = []
-    return model
+
+def _tiny(name: str):
+    """The builder of a test construction ``name`` whose model no certificate proves (no plan of
+    certified blocks)."""
+
+    def tiny(n: int, alphabet: int = 2, wide: bool = False) -> CompiledModel:
+        """Index Lookup without a plan.
+
+        Parameters
+        ----------
+        n : int in [2, 64]. N.
+        alphabet : int in [2, 4]. |Sigma|.
+        wide : use a 4-symbol alphabet instead.
+        """
+        model = index_lookup(n, 4 if wide else alphabet)
+        model.plan, model.construction = [], name
+        return model
+
+    return tiny
+
+
+class _NoCertificate(IndexLookupTask):
+    """Index Lookup's task declaring no certificate, as the task of a construction without one does."""
+
+    modes = ("exhaustive", "sample")
 
 
 def test_a_new_construction_needs_no_cli_edit(monkeypatch):
+    """A construction registered outside the package gets its options and its declared modes; verify
+    all runs each row in its strongest declared mode: a certificate that does not prove its model is
+    a FAIL (never sampled instead), a construction declaring none runs exhaustively where it fits."""
     registry.names()
     monkeypatch.setitem(registry._REGISTRY, "tiny-lookup",
-                        registry.Construction("tiny-lookup", _tiny, IndexLookupTask(), "test"))
+                        registry.Construction("tiny-lookup", _tiny("tiny-lookup"), _NoCertificate(), "test"))
+    monkeypatch.setitem(registry._REGISTRY, "tiny-uncertified",
+                        registry.Construction("tiny-uncertified", _tiny("tiny-uncertified"), IndexLookupTask(), "test"))
     r = invoke("verify", "tiny-lookup", "--help")
     assert r.exit_code == 0 and "int in [2, 4]" in r.stdout and "--wide / --no-wide" in r.stdout
     r = invoke("verify", "tiny-lookup", "--n", "8", "--wide", "--mode", "sample", "--samples", "5", "--json")
     assert r.exit_code == 0 and one_json(r)["passed"]
+    d = one_json(invoke("verify", "tiny-lookup", "--n", "8", "--json"))  # no --mode: its strongest, exhaustive
+    assert d["passed"] and d["mode"] == "exhaustive" and d["inputs_covered"] == 2**8 * 8 == int(d["input_count"])
+    assert d["mode_reason"] == "no certificate for tiny-lookup; exhaustive: every input run"
+    bad(invoke("verify", "tiny-lookup", "--n", "8", "--mode", "certify"), "--mode", "no certificate for tiny-lookup",
+        "exhaustive | sample")
     r = invoke("verify", "all", "--n", "8", "--json")
-    d = one_json(r)
-    row = next(x for x in d["reports"] if x["name"] == "tiny-lookup")
-    # no certificate: sampled instead, and the row says so
-    assert r.exit_code == 0 and row["mode"] == "sample" and "no certificate" in row["note"]
-    r = invoke("verify", "all", "--n", "8")
-    assert "tiny-lookup: no certificate" in r.stdout and "sample (no certificate)" in r.stdout
+    rows = {x["name"]: x for x in one_json(r)["reports"]}
+    assert r.exit_code == 1 and rows["tiny-lookup"]["passed"] and rows["tiny-lookup"]["mode"] == "exhaustive"
+    failed = rows["tiny-uncertified"]
+    assert not failed["passed"] and failed["mode"] == "certify" and failed["counterexample"] is None
+    assert failed["reason"].startswith("unproven") and failed["note"] is None
 
 
 # ---- progress (issue 8 item 6) --------------------------------------------------------------------------------------------
@@ -294,7 +340,7 @@ def test_api_errors_are_value_errors_naming_the_parameter():
     il = xf.build("index-lookup", n=8, alphabet=4)
     eq = xf.build("equality", n=4)
     cases = [
-        (lambda: xf.verify("notamodel"), "model must be"),
+        (lambda: xf.verify("notamodel"), "model: must be"),
         (lambda: il.encode([0] * 64), "(symbols, p)"),
         (lambda: il.encode((5, 1)), "symbols must be a list"),
         (lambda: il.encode(([0] * 8, 1.5)), "p must be an integer in [1, 8]"),

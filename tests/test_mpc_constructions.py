@@ -48,11 +48,13 @@ def test_verify_dispatches_on_the_model_kind():
     r = xf.verify(h, mode="exhaustive")  # every equality pattern: Bell(8) strings
     assert r.passed and r.inputs_covered == count_rgs(8) == 4140 and r.construction == "k-hop"
     assert r.details["levels"] == ["mpc", "ideal", h.fmt.name, "truth"] and r.layers == h.resources.layers
-    c = xf.verify(h)  # the default mode: no certificate, a failure that says so
-    assert not c.passed and c.reason.startswith("no certificate") and c.counterexample is None
+    c = xf.verify(h)  # no mode: the strongest the program declares (no certificate; Bell(8) inputs fit)
+    assert c.passed and c.mode == "exhaustive" and c.mode_reason.startswith("no certificate for k-hop")
+    with pytest.raises(VerifyError, match="mode: no certificate for k-hop; its modes: exhaustive | sample"):
+        xf.verify(h, mode="certify")  # a mode it does not have: a bad argument, not a failed verification
     a, b = xf.verify(h, mode="sample", samples=30, seed=4), xf.verify(h, mode="sample", samples=30, seed=4)
     assert a.passed and a.seed == 4 and a.inputs_covered == b.inputs_covered and "seed 4" in a.reason
-    with pytest.raises(VerifyError, match="exceed the limit"):
+    with pytest.raises(VerifyError, match="more than 2\^1000 inputs, above the limit of 2\^22"):
         xf.verify(xf.build("k-hop", n=4096), mode="exhaustive")  # count_rgs: more than 2^1000
     with pytest.raises(VerifyError, match="device"):
         xf.verify(h, mode="sample", device="cuda")
@@ -81,8 +83,11 @@ def test_the_command_line():
                             "--json"])
     d = json.loads(r.stdout)
     assert r.exit_code == 0 and d["passed"] and d["inputs_covered"] == count_rgs(9, 3) and d["mode"] == "exhaustive"
-    r = runner.invoke(app, ["verify", "induction-heads", "--n", "8", "--json"])  # certify: none for programs
-    assert r.exit_code == 1 and json.loads(r.stdout)["reason"].startswith("no certificate")
+    r = runner.invoke(app, ["verify", "induction-heads", "--n", "64", "--json"])  # no mode: the strongest it has
+    d = json.loads(r.stdout)
+    assert r.exit_code == 0 and d["passed"] and d["mode"] == "sample" and d["mode_reason"].startswith("no certificate")
+    r = runner.invoke(app, ["verify", "induction-heads", "--n", "8", "--mode", "certify", "--json"])
+    assert r.exit_code == 2 and json.loads(r.stdout)["error"].startswith("--mode: no certificate for induction-heads")
     r = runner.invoke(app, ["verify", "induction-heads", "--n", "16", "--mode", "sample", "--samples", "5", "--json"])
     d = json.loads(r.stdout)
     assert r.exit_code == 0 and d["passed"] and d["seed"] == 0 and d["details"]["sources"]["sample"] == 5

@@ -12,7 +12,7 @@ from exactformer.verify.verifier import Report, verify as _verify
 
 
 class _CallableModule(types.ModuleType):
-    def __call__(self, model, mode: str = "certify", **kwargs) -> Report:
+    def __call__(self, model, mode: str | None = None, **kwargs) -> Report:
         """Verify a built model (``xf.build`` / ``xf.load``): see :func:`exactformer.verify.verifier.verify`."""
         return _verify(model, mode=mode, **kwargs)
 

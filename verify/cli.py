@@ -14,8 +14,9 @@ import inspect
 import json
 import sys
 import time
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, NoReturn, Optional
 
 import typer
 from typer.core import TyperGroup
@@ -28,15 +29,20 @@ except ImportError:  # pragma: no cover - older typer uses click itself
 from exactformer.constructions import registry
 from exactformer.constructions.export import ManifestError, load, save
 from exactformer.constructions.ir import CompiledModel
-from exactformer.verify.cli_options import OptionError, builder_kwargs, command, construction_options, parse_int
+from exactformer.constructions.task import EXHAUSTIVE_LIMIT, MODES, format_count
+from exactformer.verify.arguments import ArgumentError, build, parse_int
+from exactformer.verify.cli_options import builder_kwargs, command, construction_options, option_flag
 from exactformer.verify.cli_output import EXIT_BAD_INPUT, EXIT_FAILED, Steps, fail, print_json, print_table, report_error
 from exactformer.verify.precision_scan import find_min_precision
-from exactformer.verify.verifier import (ARITHMETICS, COUNTS_MEANING, EXHAUSTIVE_LIMIT, MODES, Report, VerifyError,
-                                         certified_arithmetics)
+from exactformer.verify.verifier import (ARITHMETICS, COUNTS_MEANING, COVERS, DEFAULT_SAMPLES, DEVICES, Report,
+                                         VerifyError, certified_arithmetics, check_arithmetic, check_device, check_mode,
+                                         check_samples, check_sampling, check_seed, choose_mode, lacks, task_of)
 from exactformer.verify.verifier import verify as run_verify
 
 DEFAULT_N = 4096  # verify all
-DEFAULT_SAMPLES = 1000
+#: verify all: random inputs of each sampled row (plus its adversarial ones) unless --samples is given; fewer
+#: than sample mode's default so that verify all at N = 4096 stays within seconds (docs/cli.md, docs/benchmarks.md)
+ALL_SAMPLES = 100
 TARGET = "<construction|DIR|all>"
 
 
@@ -189,16 +195,22 @@ _BUILD_OPTIONS = [
     _JSON,
 ]
 _VERIFY_OPTIONS = [
-    _opt("mode", Optional[str], typer.Option(None, "--mode", metavar="MODE", show_default=False,
-                                             help="certify (a proof for every input; the default) | exhaustive (every "
-                                                  f"input run, at most {EXHAUSTIVE_LIMIT} inputs) | sample")),
-    _opt("samples", Optional[str], typer.Option(None, "--samples", metavar="COUNT", show_default=False,
-                                                help=f"--mode sample: random inputs (plus as many adversarial ones), "
-                                                     f">= 1. Default: {DEFAULT_SAMPLES}.")),
-    _opt("seed", Optional[str], typer.Option(None, "--seed", metavar="SEED", show_default=False,
-                                             help="--mode sample: seed of the random inputs (the adversarial ones use "
-                                                  "seed + 1). Default: 0.")),
-    _opt("device", str, typer.Option("cpu", "--device", metavar="DEVICE", help="cpu | cuda: where the executor runs")),
+    _opt("mode", Optional[str], typer.Option(
+        None, "--mode", metavar="MODE", show_default=False,
+        help=f"{' | '.join(MODES)}: certify ({COVERS['certify']}), exhaustive ({COVERS['exhaustive']}, at most "
+             f"{format_count(EXHAUSTIVE_LIMIT)} inputs), sample ({COVERS['sample']}). Default: the strongest mode the "
+             "construction has (certify where it has a certificate, else exhaustive where the inputs fit, else "
+             "sample), named in the report; a mode it does not have is refused")),
+    _opt("samples", Optional[str], typer.Option(
+        None, "--samples", metavar="COUNT", show_default=False,
+        help=f"sample mode: random inputs (plus as many adversarial ones), >= 1. Default: {DEFAULT_SAMPLES} "
+             f"({ALL_SAMPLES} per sampled row in verify all)")),
+    _opt("seed", Optional[str], typer.Option(
+        None, "--seed", metavar="SEED", show_default=False,
+        help="sample mode: seed of the random inputs (the adversarial ones use seed + 1), >= 0. Default: 0")),
+    _opt("device", str, typer.Option("cpu", "--device", metavar="DEVICE",
+                                     help=f"{' | '.join(DEVICES)}: where the executor runs (cuda: refused without a "
+                                          "CUDA device)")),
     _opt("arithmetic", Optional[str], typer.Option(
         None, "--arithmetic", metavar="ARITH", show_default=False,
         help=f"{' | '.join(ARITHMETICS)}: fixed (the default) runs the exact executor in the model's fixed-point "
@@ -219,42 +231,46 @@ _ALL_OPTIONS = [
                                                                           "(an integer or 2^k)")),
     *_VERIFY_OPTIONS,
 ]
-_ALL_HELP = ("Build every registered construction at --n with its builder's defaults, verify each (certify: falls "
-             "back to sampling, stated in the row, only where no certificate exists) and print one table; exit 1 if "
-             "any fails.")
+_ALL_HELP = ("Build every registered construction at --n with its builder's defaults, verify each in the strongest "
+             "mode it has (or in --mode where it has that mode; a row without it runs its strongest, and says so) and "
+             "print one table saying which mode and how many inputs; exit 1 if any fails.")
 _DIR_HELP = "Verify the model saved in this directory (by `exactformer build`), at the precision it was built for."
 
 
-def _verify_args(kw: dict[str, Any]) -> tuple[str, int, int, str, bool]:
-    """(mode, samples, seed, device, json) from the verification options, refusing what does not apply;
-    ``kw["arithmetic"]`` is checked and left in ``kw``."""
-    as_json = kw["json"]
-    kw["arithmetic"] = kw.get("arithmetic") or "fixed"
-    if kw["arithmetic"] not in ARITHMETICS:
-        fail(f"--arithmetic must be one of {' | '.join(ARITHMETICS)}, got {kw['arithmetic']!r}", as_json)
-    mode = kw["mode"] or "certify"
-    if mode not in MODES:
-        fail(f"--mode must be one of {' | '.join(MODES)}, got {mode!r}", as_json)
-    if mode != "sample":
-        given = [o for o in ("samples", "seed") if kw[o] is not None]
-        if given:
-            fail(f"--{' and --'.join(given)}: only with --mode sample ({mode} covers every input)", as_json)
-    try:
-        samples = DEFAULT_SAMPLES if kw["samples"] is None else parse_int(kw["samples"], "--samples", ">= 1")
-        seed = 0 if kw["seed"] is None else parse_int(kw["seed"], "--seed", ">= 0")
-    except OptionError as e:
-        fail(str(e), as_json)
-    if samples < 1 or seed < 0:
-        fail(f"--samples must be >= 1 and --seed >= 0, got {samples} and {seed}", as_json)
-    device = kw["device"]
-    if device not in ("cpu", "cuda"):
-        fail(f"--device must be cpu or cuda, got {device!r}", as_json)
-    if device == "cuda":
-        import torch
+@dataclass
+class _Verification:
+    """The verification options, checked (the API's checks: :mod:`exactformer.verify.verifier`)."""
 
-        if not torch.cuda.is_available():
-            fail("--device cuda: no CUDA device is available (use --device cpu)", as_json)
-    return mode, samples, seed, device, as_json
+    mode: str | None
+    samples: int | None
+    seed: int | None
+    device: str
+    arithmetic: str
+    json: bool
+
+
+def _bad(e: VerifyError, as_json: bool) -> NoReturn:
+    """An API argument error as the command line's error: the parameter as its option."""
+    fail(f"--{e.parameter.replace('_', '-')}: {e.reason}", as_json)
+
+
+def _verify_args(kw: dict[str, Any]) -> _Verification:
+    """The verification options from their text, checked by the API's checks; a given mode is also
+    checked against --samples and --seed here, before anything is built."""
+    as_json = kw["json"]
+    try:
+        samples = None if kw["samples"] is None else parse_int(kw["samples"], "--samples", ">= 1")
+        seed = None if kw["seed"] is None else parse_int(kw["seed"], "--seed", ">= 0")
+    except ArgumentError as e:
+        fail(str(e), as_json)
+    try:
+        v = _Verification(check_mode(kw["mode"]), check_samples(samples), check_seed(seed), check_device(kw["device"]),
+                          check_arithmetic(kw.get("arithmetic") or "fixed"), as_json)
+        if v.mode is not None:
+            check_sampling(v.mode, v.samples, v.seed)
+    except VerifyError as e:
+        _bad(e, as_json)
+    return v
 
 
 # ------------------------------------------------------------------------------------------------
@@ -262,14 +278,14 @@ def _verify_args(kw: dict[str, Any]) -> tuple[str, int, int, str, bool]:
 # ------------------------------------------------------------------------------------------------
 
 
-def _construct(name: str, kw: dict[str, Any], as_json: bool, steps: Steps) -> tuple[CompiledModel, dict[str, Any]]:
+def _construct(name: str, kw: dict[str, Any], as_json: bool, steps: Steps) -> tuple[Any, dict[str, Any]]:
     """The model built from its command-line options (and the builder keywords used)."""
     try:
         kwargs = builder_kwargs(name, kw)
         steps.step(f"build {name} n={kwargs['n']}")
-        return registry.get(name).builder(**kwargs), kwargs
+        return build(name, (), kwargs), kwargs
     except ValueError as e:
-        fail(f"{name}: {e}" if not isinstance(e, OptionError) else str(e), as_json)
+        fail(str(e) if isinstance(e, ArgumentError) else f"{name}: {e}", as_json)
 
 
 def _build(name: str, kw: dict[str, Any]) -> None:
@@ -309,64 +325,71 @@ def _build(name: str, kw: dict[str, Any]) -> None:
 # ------------------------------------------------------------------------------------------------
 
 
-def _run(model: CompiledModel, mode: str, samples: int, seed: int, device: str, as_json: bool, steps: Steps,
-         arithmetic: str = "fixed") -> Report:
-    """Verify with progress: certificate steps, or a bar over the inputs."""
-    what = f"{mode} {model.construction} n={model.n}" + ("" if arithmetic == "fixed" else f" in {arithmetic}")
-    steps.step(what)
-    total = registry.task_of(model).count(model) if mode == "exhaustive" else 2 * samples
-    progress = steps.bar(total, "inputs") if mode != "certify" else None
+def _run(model: Any, v: _Verification, steps: Steps) -> Report:
+    """Verify with progress (certificate steps, or a bar over the inputs)."""
     try:
-        return run_verify(model, mode=mode, samples=samples, seed=seed, device=device, progress=progress,
-                          phase=lambda name: steps.step(f"{what}: {name}"), arithmetic=arithmetic)
+        chosen, _ = choose_mode(task_of(model), model, v.mode)
+        what = f"{chosen} {model.construction} n={model.n}" + ("" if v.arithmetic == "fixed" else f" in {v.arithmetic}")
+        steps.step(what)
+        total = task_of(model).count(model) if chosen == "exhaustive" else 2 * (v.samples or DEFAULT_SAMPLES)
+        progress = steps.bar(total, "inputs") if chosen != "certify" else None
+        return run_verify(model, mode=v.mode, samples=v.samples, seed=v.seed, device=v.device, progress=progress,
+                          phase=lambda name: steps.step(f"{what}: {name}"), arithmetic=v.arithmetic)
     except VerifyError as e:
-        fail(str(e), as_json)
+        _bad(e, v.json)
 
 
 def _verify_named(name: str, kw: dict[str, Any]) -> None:
     find, scan = kw.pop("find_min_precision"), kw.pop("scan")
-    mode, samples, seed, device, as_json = _verify_args(kw)
+    v = _verify_args(kw)
     if find:
         given = [f"--{o}" for o in ("mode", "samples", "seed", "precision") if kw.get(o) is not None]
         if given:
-            fail(f"--find-min-precision certifies at each precision it scans: {', '.join(given)} do not apply", as_json)
+            fail(f"--find-min-precision certifies at each precision it scans: {', '.join(given)} do not apply", v.json)
         scan = scan or "binary"
         if scan not in ("binary", "paper"):
-            fail(f"--scan must be binary or paper, got {scan!r}", as_json)
+            fail(f"--scan must be binary or paper, got {scan!r}", v.json)
+        if v.arithmetic != "fixed":
+            fail("--arithmetic: --find-min-precision scans fixed-point formats only", v.json)
     elif scan is not None:
-        fail("--scan: only with --find-min-precision", as_json)
-    arithmetic = kw.pop("arithmetic")
-    if find and arithmetic != "fixed":
-        fail("--arithmetic: --find-min-precision scans fixed-point formats only", as_json)
-    for o in ("mode", "samples", "seed", "device", "json"):
+        fail("--scan: only with --find-min-precision", v.json)
+    for o in ("mode", "samples", "seed", "device", "arithmetic", "json"):
         kw.pop(o)
-    with Steps(lines=not as_json) as steps:
-        model, kwargs = _construct(name, kw, as_json, steps)
+    with Steps(lines=not v.json) as steps:
+        model, kwargs = _construct(name, kw, v.json, steps)
         if find:
             steps.step(f"scan {scan} precisions of {name} n={model.n}")
-            scanned = _find_min(name, model, kwargs, scan, device)
+            scanned = _find_min(name, model, kwargs, scan, v.device)
         else:
-            report = _run(model, mode, samples, seed, device, as_json, steps, arithmetic)
+            report = _run(model, v, steps)
     if find:
-        _emit_scan(scanned, as_json)
+        _emit_scan(scanned, v.json)
     else:
-        _emit_report(report, as_json)
+        _emit_report(report, v.json)
 
 
 def _verify_dir(path: str, kw: dict[str, Any]) -> None:
-    mode, samples, seed, device, as_json = _verify_args(kw)
-    with Steps(lines=not as_json) as steps:
+    v = _verify_args(kw)
+    with Steps(lines=not v.json) as steps:
         steps.step(f"load {path}")
         try:
             model = load(path)
         except (ManifestError, ValueError, OSError) as e:
-            fail(f"{path}: {e}", as_json)
-        report = _run(model, mode, samples, seed, device, as_json, steps, kw["arithmetic"])
-    _emit_report(report, as_json)
+            fail(f"{path}: {e}", v.json)
+        report = _run(model, v, steps)
+    _emit_report(report, v.json)
 
 
 def _counts_rows(counts: dict[str, int]) -> list[list[Any]]:
     return [[key, f"{val}: {COUNTS_MEANING.get(key, '')}"] for key, val in counts.items()]
+
+
+def inputs_text(r: Report) -> str:
+    """How many inputs a report covers, of how many, and (sampled) with which seed."""
+    if r.inputs_covered == "all":
+        return f"all {r.input_count}"
+    text = f"{r.inputs_covered} of {r.input_count}"
+    return text + (f" ({r.samples} random, seed {r.seed}, the rest adversarial)" if r.mode == "sample" else "")
 
 
 def _emit_report(report: Report, as_json: bool) -> None:
@@ -375,8 +398,11 @@ def _emit_report(report: Report, as_json: bool) -> None:
         print_json(d)
     else:
         rows = [["result", "PASS" if d["passed"] else "FAIL"], ["reason", d["reason"]]]
-        rows += [[k, d[k]] for k in ("theorem", "inputs_covered", "seed", "precision", "precision_bits", "eta",
-                                     "eta_paper", "k", "layers", "heads", "width", "size_bits", "min_margin")]
+        if d["mode_reason"]:
+            rows.append(["mode chosen", d["mode_reason"]])
+        rows.append(["inputs", inputs_text(report)])
+        rows += [[k, d[k]] for k in ("theorem", "precision", "precision_bits", "eta", "eta_paper", "k", "layers",
+                                     "heads", "width", "size_bits", "min_margin")]
         rows += _counts_rows(d["counts"])
         if d["counterexample"]:
             rows.append(["counterexample", json.dumps(d["counterexample"], default=str)])
@@ -413,50 +439,80 @@ def _emit_scan(out: dict[str, Any], as_json: bool) -> None:
         raise typer.Exit(EXIT_FAILED)
 
 
+@dataclass
+class _Row:
+    """One construction of ``verify all``: its model, the mode it runs in (``chosen``), its options
+    and what differs from the command's options (``note``)."""
+
+    name: str
+    model: Any
+    chosen: str
+    options: _Verification
+    note: str | None
+
+
+def _plan(name: str, model: Any, v: _Verification) -> _Row:
+    """How ``verify all`` runs one construction: in --mode where the construction has it (exhaustive
+    over the limit is refused before anything runs), else in its strongest mode; an EMA program in
+    exact arithmetic on the CPU; --samples and --seed for sampled rows only. Every difference from
+    the options is the row's note."""
+    task, notes = task_of(model), []
+    mode = v.mode
+    if mode is not None and mode not in task.modes:
+        notes.append(f"{lacks(name, mode)} (its modes: {' | '.join(task.modes)}): ran in its strongest")
+        mode = None
+    try:
+        chosen, _ = choose_mode(task, model, mode)
+    except VerifyError as e:
+        _bad(e, v.json)
+    device, arithmetic = v.device, v.arithmetic
+    if not isinstance(model, CompiledModel):
+        if arithmetic != "fixed":
+            notes.append(f"an EMA program has no float forward pass: checked in exact arithmetic, not {arithmetic}")
+            arithmetic = "fixed"
+        if device != "cpu":
+            notes.append(f"an EMA program runs on the CPU (numpy), not {device}")
+            device = "cpu"
+    sampled = chosen == "sample"
+    options = replace(v, mode=mode, device=device, arithmetic=arithmetic, samples=v.samples if sampled else None,
+                      seed=v.seed if sampled else None)
+    return _Row(name, model, chosen, options, "; ".join(notes) or None)
+
+
 def _verify_all(kw: dict[str, Any]) -> None:
-    mode, samples, seed, device, as_json = _verify_args(kw)
+    v = _verify_args(kw)
     try:
         n = parse_int(kw["n"], "--n", "an integer or 2^k")
-    except OptionError as e:
-        fail(str(e), as_json)
-    names = registry.names()
-    rows: list[tuple[str, Report, str | None]] = []
-    with Steps(lines=not as_json) as steps:
-        models = []
-        for name in names:
-            model, _ = _construct(name, {"n": str(n)}, as_json, steps)
-            count = registry.task_of(model).count(model)
-            if mode == "exhaustive" and count > EXHAUSTIVE_LIMIT:
-                fail(f"--mode exhaustive: {name} at n={n} has {count} inputs, above the limit of {EXHAUSTIVE_LIMIT}; "
-                     "use a smaller --n, --mode certify or --mode sample", as_json)
-            models.append(model)
-        done = steps.overall(len(models), "constructions")
-        for name, model in zip(names, models):
-            arithmetic, note = kw["arithmetic"], None
-            if not isinstance(model, CompiledModel) and arithmetic != "fixed":
-                arithmetic, note = "fixed", f"an EMA program has no float forward pass: checked in exact arithmetic, not {arithmetic}"
-            report = _run(model, mode, samples, seed, device, as_json, steps, arithmetic)
-            if mode == "certify" and not report.passed and report.counterexample is None:
-                # no certificate for this model (and no counterexample): evidence by sampling, said so
-                note = f"no certificate ({report.reason}); sampled instead"
-                report = _run(model, "sample", samples, seed, device, as_json, steps, arithmetic)
-            rows.append((name, report, note))
+    except ArgumentError as e:
+        fail(str(e), v.json)
+    samples = ALL_SAMPLES if v.samples is None else v.samples
+    with Steps(lines=not v.json) as steps:
+        rows = [_plan(name, _construct(name, {"n": str(n)}, v.json, steps)[0], replace(v, samples=samples))
+                for name in registry.names()]
+        sampled = [r.name for r in rows if r.chosen == "sample"]
+        given = [f"--{o}" for o in ("samples", "seed") if getattr(v, o) is not None]  # as typed, not ALL_SAMPLES
+        if given and not sampled:
+            fail(f"{' and '.join(given)}: only for sampled rows, and at n={n} no row is sampled", v.json)
+        done = steps.overall(len(rows), "constructions")
+        reports = []
+        for r in rows:
+            reports.append(_run(r.model, r.options, steps))
             if done:
                 done(1)
-    passed = all(r.passed for _, r, _ in rows)
-    if as_json:
-        print_json({"n": n, "mode": mode, "passed": passed,
-                    "reports": [r.to_dict() | {"name": name, "note": note} for name, r, note in rows]})
+    passed = all(rep.passed for rep in reports)
+    if v.json:
+        print_json({"n": n, "mode": v.mode, "samples": samples, "seed": v.seed or 0, "passed": passed,
+                    "reports": [rep.to_dict() | {"name": r.name, "note": r.note} for r, rep in zip(rows, reports)]})
     else:
-        table = [[name, r.theorem.split(" (")[0], r.layers, r.heads, r.width, r.precision, r.precision_bits,
-                  r.size_bits, r.mode + (" (no certificate)" if note else ""), r.inputs_covered,
-                  "PASS" if r.passed else "FAIL", f"{r.seconds:.2f}"] for name, r, note in rows]
+        table = [[r.name, rep.theorem.split(" (")[0], rep.layers, rep.heads, rep.width, rep.precision,
+                  rep.precision_bits, rep.size_bits, rep.mode + (" (see note)" if r.note else ""), inputs_text(rep),
+                  "PASS" if rep.passed else "FAIL", f"{rep.seconds:.2f}"] for r, rep in zip(rows, reports)]
         print_table(f"exactformer: every construction at n = {n}",
                     ["construction", "theorem", "layers", "heads", "width", "precision", "bits", "size (bits)", "mode",
                      "inputs", "result", "seconds"], table)
-        for name, r, note in rows:
-            if note or not r.passed:
-                typer.echo(f"{name}: {note or r.reason}")
+        for r, rep in zip(rows, reports):
+            if r.note or not rep.passed:
+                typer.echo(f"{r.name}: {'; '.join(x for x in (r.note, None if rep.passed else rep.reason) if x)}")
     if not passed:
         raise typer.Exit(EXIT_FAILED)
 

@@ -2,9 +2,12 @@
 
 Conventions (docs/cli.md): exit 0 = passed, 1 = verification failed, 2 = bad input. A bad input
 prints one plain line ``error: <message>`` on stderr and, under ``--json``, ``{"error": <message>}``
-on stdout (so stdout under ``--json`` always holds exactly one JSON object). Tables go to stdout,
-progress to stderr: on a terminal a live bar with the total and the ETA, otherwise one line per
-finished step (never a flood of bar updates in a log).
+on stdout (so stdout under ``--json`` always holds exactly one JSON object). Tables go to stdout:
+on a terminal boxed to its width, otherwise (a file, a pipe) as plain text sized to the content;
+every cell is plain text (:func:`cell_text`: lists joined, objects as ``key=value`` pairs).
+Progress goes to stderr: on a terminal a live display (a bar with the total and the ETA where the
+total is known, a spinner where it is not), otherwise one line per finished step (never a flood of
+bar updates in a log).
 """
 
 from __future__ import annotations
@@ -15,9 +18,11 @@ import time
 from typing import Any, Callable, NoReturn
 
 import typer
-from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.console import Console, RenderableType
+from rich.progress import (BarColumn, MofNCompleteColumn, Progress, ProgressColumn, SpinnerColumn, Task, TextColumn,
+                           TimeElapsedColumn, TimeRemainingColumn)
 from rich.table import Table
+from rich.text import Text
 
 EXIT_FAILED = 1
 EXIT_BAD_INPUT = 2
@@ -41,20 +46,53 @@ def print_json(obj: Any) -> None:
     print(json.dumps(obj, default=str))
 
 
-def stdout_console() -> Console:
-    """Tables on stdout: the terminal's width, or 200 columns when stdout is not a terminal."""
-    tty = sys.stdout.isatty()
-    return Console(file=sys.stdout, width=None if tty else 200, highlight=False, markup=False, emoji=False)
+def cell_text(value: Any) -> str:
+    """A table cell as plain text: None empty, lists and tuples joined by ", ", objects as
+    ``key=value`` pairs (nested the same way), anything else ``str``."""
+    if value is None:
+        return ""
+    if isinstance(value, dict):
+        return ", ".join(f"{k}={cell_text(v)}" for k, v in value.items())
+    if isinstance(value, (list, tuple)):
+        return ", ".join(f"({cell_text(v)})" if isinstance(v, (dict, list, tuple)) else cell_text(v) for v in value)
+    return str(value)
+
+
+def plain_table(title: str, columns: list[str], rows: list[list[str]], header: bool = True) -> str:
+    """A table as plain text sized to its content: the title, the header and a rule, then one line
+    per row; columns two spaces apart, no trailing blanks."""
+    lines = [columns, ["-" * len(c) for c in columns]] if header else []
+    lines += rows
+    widths = [max(len(r[i]) for r in lines) for i in range(len(columns))] if lines else []
+    out = [title] + ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in lines]
+    return "\n".join(out) + "\n"
 
 
 def print_table(title: str, columns: list[str], rows: list[Any], header: bool = True) -> None:
-    """A table on stdout (cells as plain text: square brackets are printed, not read as markup)."""
+    """A table on stdout, cells as plain text (:func:`cell_text`; square brackets are printed, not
+    read as markup): boxed to the terminal's width on a terminal, else :func:`plain_table`."""
+    cells = [[cell_text(v) for v in r] for r in rows]
+    if not sys.stdout.isatty():
+        sys.stdout.write(plain_table(title, columns, cells, header))
+        return
     t = Table(title=title, show_header=header)
     for c in columns:
         t.add_column(c, overflow="fold")
-    for r in rows:
-        t.add_row(*("" if v is None else str(v) for v in r))
-    stdout_console().print(t)
+    for r in cells:
+        t.add_row(*r)
+    Console(file=sys.stdout, highlight=False, markup=False, emoji=False).print(t)
+
+
+class _WithTotal(ProgressColumn):
+    """A column shown only for tasks whose total is known (a bar, a count, an ETA); a step without
+    one shows its spinner, name and elapsed time alone."""
+
+    def __init__(self, column: ProgressColumn):
+        super().__init__()
+        self.column = column
+
+    def render(self, task: Task) -> RenderableType:
+        return self.column.render(task) if task.total is not None else Text("")
 
 
 class Steps:
@@ -73,8 +111,9 @@ class Steps:
 
     def __enter__(self) -> "Steps":
         if self.tty:
-            cols = (SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                    TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn())
+            cols = (SpinnerColumn(), TextColumn("{task.description}"), _WithTotal(BarColumn()),
+                    _WithTotal(MofNCompleteColumn()), TimeElapsedColumn(), _WithTotal(TextColumn("ETA")),
+                    _WithTotal(TimeRemainingColumn()))
             self._live = Progress(*cols, console=self._console or Console(stderr=True), transient=True)
             self._live.start()
         return self

@@ -19,7 +19,7 @@ import torch
 import typer
 
 from exactformer.constructions.position_codes import PositionCode, PositionCodeError, position_codes
-from exactformer.verify.cli_options import OptionError, parse_int
+from exactformer.verify.arguments import ArgumentError, parse_int
 from exactformer.verify.cli_output import fail, print_json, print_table
 
 CERTIFY_LIMIT_S = 600.0  # --certify beyond this estimate needs --force
@@ -82,7 +82,7 @@ def positions(
                 fail(f"--certify: certifying n = {code.n} ({code.family}) would take about {_duration(estimate)} "
                      f"on this machine (measured on a slice); pass --force to run it anyway", json)
         cert = code.certify(device=device, progress=tty) if certify else None
-    except (PositionCodeError, OptionError) as e:
+    except (PositionCodeError, ArgumentError) as e:
         fail(str(e), json)
     total_s = time.perf_counter() - t0
     out = {

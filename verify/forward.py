@@ -29,6 +29,7 @@ is then ``add(W_E[token], vector)`` (the vector's values in the declared columns
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -38,9 +39,11 @@ from exactformer.constructions.ir import CompiledModel, ExactTensor, split_input
 from exactformer.precision import Format
 
 
-@dataclass
-class Cache:
-    """Activations of one forward pass by hook name (raw values of ``fmt``)."""
+@dataclass(eq=False)
+class Cache(Mapping):
+    """Activations of one forward pass by hook name (raw values of ``fmt``), a read-only mapping like
+    TransformerLens's ``ActivationCache``: ``cache[name]``, ``name in cache``, ``len(cache)``,
+    iteration over the hook names in forward order, ``keys()``, ``values()``, ``items()``."""
 
     fmt: Format
     raw: dict[str, np.ndarray] = field(default_factory=dict)
@@ -52,11 +55,11 @@ class Cache:
             return np.asarray(r)
         return ExactTensor(np.asarray(r), int(self.fmt.scale))
 
-    def __contains__(self, name: str) -> bool:
-        return name in self.raw
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.raw)
 
-    def keys(self):
-        return self.raw.keys()
+    def __len__(self) -> int:
+        return len(self.raw)
 
 
 def forward_with_cache(model: CompiledModel, tokens: Any, fmt: Format) -> tuple[np.ndarray, Cache]:

@@ -23,7 +23,6 @@ construction); :func:`report_fields` is what ``xf.verify`` and the CLI report fo
 
 from __future__ import annotations
 
-import math
 import time
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Iterator, Sequence
@@ -40,13 +39,13 @@ from exactformer.constructions.mpc_tasks import (
     ApplicationError,
     ProgramModel,
 )
+from exactformer.constructions.task import EXHAUSTIVE_LIMIT, format_count
 from exactformer.precision import FixedPoint, parse_format
 from exactformer.verify import ema_program, mpc
 from exactformer.verify.ema import EMAError
 from exactformer.verify.executor import run as run_model
 from exactformer.verify.forward import forward_with_cache
 
-EXHAUSTIVE_LIMIT = 1 << 22  # inputs; beyond this exhaustive mode refuses
 HEAD_COMPARE_ENTRIES = 1 << 24  # attention entries per chunk of the L3 head comparison (inputs x T x T)
 HEAD_COMPARE_MAX_T = 1024  # above this length L3 is checked on its answers only
 
@@ -357,8 +356,8 @@ def check(model: ProgramModel, mode: str = "sample", samples: int = 100, seed: i
     if mode == "exhaustive":
         total = app.count(model)
         if total > EXHAUSTIVE_LIMIT:
-            many = "more than 2^1000" if math.isinf(total) else str(total)
-            raise CheckError(f"exhaustive mode: {many} inputs exceed the limit of {EXHAUSTIVE_LIMIT}; use sample")
+            raise CheckError(f"exhaustive mode: {format_count(total, model.n)} inputs exceed the limit of "
+                             f"{format_count(EXHAUSTIVE_LIMIT)}; use sample")
         sources: Iterator[tuple[str, np.ndarray]] = (("exhaustive", x) for x in app.exhaustive(model, batch))
     else:
         def both() -> Iterator[tuple[str, np.ndarray]]:
@@ -403,25 +402,16 @@ def check_batches(model: ProgramModel, sources, formats: Sequence[FixedPoint | N
 
 
 def report_fields(model: ProgramModel, mode: str, fmt: FixedPoint | str | None = None, samples: int = 1000,
-                  seed: int = 0, device: str = "cpu", progress: Callable[[int], None] | None = None) -> dict[str, Any]:
-    """The fields of the verifier's Report for an EMA-program construction (``xf.verify``, the CLI).
-
-    ``certify``: no certificate (the program's element-wise maps are arbitrary functions): a failure
-    whose reason starts with "no certificate" (``verify all`` samples instead). ``exhaustive`` and
-    ``sample``: the four-way check (:func:`check`) in ideal semantics and in ``fmt`` (default: the
-    coarsest exact format)."""
-    if device != "cpu":
-        raise CheckError(f"device: EMA programs run on the CPU (numpy), got {device!r}")
+                  seed: int = 0, progress: Callable[[int], None] | None = None) -> dict[str, Any]:
+    """The fields of the verifier's Report for an EMA-program construction (``xf.verify``, the CLI):
+    the four-way check (:func:`check`) in ``mode`` "exhaustive" or "sample" (the modes its
+    :class:`~exactformer.constructions.mpc_tasks.Application` declares; the verifier refuses others),
+    in ideal semantics and in ``fmt`` (default: the coarsest exact format)."""
     fixed = _semantics(model, fmt or "default")
     r = model.resources
     base = dict(construction=model.construction, theorem=model.theorem, n=model.n, mode=mode,
                 seed=seed if mode == "sample" else None, precision=fixed.name, precision_bits=int(fixed.bits), eta=None,
                 eta_paper=None, k=None, layers=r.layers, heads=r.max_heads, width=r.residual, size_bits=None)
-    if mode == "certify":
-        return base | dict(passed=False, inputs_covered=0, seconds=0.0, details={"kind": "ema-program"},
-                           reason="no certificate for EMA programs: their element-wise maps are arbitrary functions "
-                                  "(P2 Def. 2.2); modes exhaustive (for the string tasks every equality pattern) and "
-                                  "sample run the four-way check")
     rep = check(model, mode, samples=samples, seed=seed, formats=[None, fixed], progress=progress)
     cex = rep.counterexample
     return base | dict(passed=rep.passed, inputs_covered=rep.inputs, seconds=rep.seconds, reason=rep.reason,

@@ -83,6 +83,7 @@ class Report:
     reason: str = ""
     details: dict = field(default_factory=dict)
     mode_reason: str | None = None  # why this mode, when none was asked for (:func:`choose_mode`)
+    samples: int | None = None  # sample mode: the random inputs asked for (the rest of inputs_covered: adversarial)
     input_count: str = ""  # the number of distinct inputs, short (:func:`format_count`)
     input_count_log2: float | None = None  # its log2 (None: too many to count)
 
@@ -267,6 +268,11 @@ def exhaustive_refusal(task: Verifiable, model: CompiledModel | ProgramModel) ->
             f"the limit of {format_count(EXHAUSTIVE_LIMIT)}" + (f"; use {others}" if others else ""))
 
 
+def lacks(name: str, mode: str) -> str:
+    """That construction ``name`` does not have ``mode``, in words."""
+    return f"no certificate for {name}" if mode == "certify" else f"no {mode} mode for {name}"
+
+
 def choose_mode(task: Verifiable, model: CompiledModel | ProgramModel, mode: str | None) -> tuple[str, str | None]:
     """The mode to run and, when none was asked for, why it was chosen. ``mode`` given: itself if the
     task declares it (``task.modes``) and, for exhaustive, the inputs fit :data:`EXHAUSTIVE_LIMIT`;
@@ -275,7 +281,7 @@ def choose_mode(task: Verifiable, model: CompiledModel | ProgramModel, mode: str
     name = model.construction
     if mode is not None:
         if mode not in task.modes:
-            raise VerifyError("mode", f"{name} has no {mode} mode; its modes: {' | '.join(task.modes)}")
+            raise VerifyError("mode", f"{lacks(name, mode)}; its modes: {' | '.join(task.modes)}")
         refusal = exhaustive_refusal(task, model) if mode == "exhaustive" else None
         if refusal:
             raise VerifyError("mode", refusal)
@@ -283,7 +289,7 @@ def choose_mode(task: Verifiable, model: CompiledModel | ProgramModel, mode: str
     skipped = []
     for m in MODES:
         if m not in task.modes:
-            skipped.append(f"no certificate for {name}" if m == "certify" else f"no {m} mode")
+            skipped.append(lacks(name, m))
         elif m == "exhaustive" and exhaustive_refusal(task, model):
             skipped.append(f"{format_count(task.count(model), model.n)} inputs, above the exhaustive limit of "
                            f"{format_count(EXHAUSTIVE_LIMIT)}")
@@ -320,7 +326,8 @@ def verify(model: Any, mode: str | None = None, fmt: Format | str | None = None,
     mode, why = choose_mode(task, model, mode)
     samples, seed = check_sampling(mode, check_samples(samples), check_seed(seed))
     count = task.count(model)
-    extra = dict(mode_reason=why, input_count=format_count(count, model.n), input_count_log2=count_log2(count))
+    extra = dict(mode_reason=why, samples=samples if mode == "sample" else None,
+                 input_count=format_count(count, model.n), input_count_log2=count_log2(count))
     if isinstance(model, ProgramModel):  # an EMA-program construction: the four-way differential check
         if arithmetic != "fixed":
             raise VerifyError("arithmetic", f"an EMA program has no weights to run in {arithmetic}; only fixed applies")
