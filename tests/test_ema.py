@@ -566,7 +566,7 @@ def test_cli_check_rejects_a_broken_layer(cli_app, monkeypatch):
         (["--kind", "ema", "--n", "10", "--precision", "binary:int=x"], "--precision:"),
         (["--kind", "anna", "--n", "10", "--approx-c", "1"], "--approx-c: must be a number > 1"),
         (["--kind", "anna", "--n", "10", "--family", "minhash"], "--family: must be one of"),
-        (["--kind", "ema", "--n", "10", "--device", "tpu"], "--device: must be cpu or cuda"),
+        (["--kind", "ema", "--n", "10", "--device", "tpu"], "--device: must be one of cpu | cuda"),
         (["--kind", "dense", "--n", str((1 << 16) + 1)], "--n: dense attention needs N^2 scores"),
     ],
 )

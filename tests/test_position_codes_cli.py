@@ -63,7 +63,7 @@ def test_json_families(app):
         (["--n", "1"], "n must be an integer >= 2"),
         (["--n", "100", "--max-inner", "2"], "max_inner must lie in the open interval (0, 1)"),
         (["--n", "100", "--family", "nope"], "family must be one of"),
-        (["--n", "100", "--device", "tpu"], "device must be 'cpu' or 'cuda'"),
+        (["--n", "100", "--device", "tpu"], "--device: must be one of cpu | cuda"),
     ],
 )
 def test_errors(app, args, match):

@@ -109,7 +109,7 @@ class _BuildGroup(TyperGroup):
     def get_command(self, ctx: typer.Context, name: str) -> Any | None:
         if name not in registry.names():
             return None
-        return _typer_command(name, command(construction_options(name) + _BUILD_OPTIONS,
+        return _typer_command(name, command(construction_options(name) + BUILD_OPTIONS,
                                             lambda kw: _build(name, kw), ""), _help(name),
                               registry.get(name).theorem)
 
@@ -131,7 +131,7 @@ class _VerifyGroup(TyperGroup):
             return _typer_command("all", command(_ALL_OPTIONS, _verify_all, ""), _ALL_HELP, "every construction, one table")
         if name not in registry.names():
             return None
-        opts = construction_options(name) + _VERIFY_OPTIONS + _FIND_MIN
+        opts = construction_options(name) + VERIFY_OPTIONS + FIND_MIN_OPTIONS
         return _typer_command(name, command(opts, lambda kw: _verify_named(name, kw), ""), _help(name),
                               registry.get(name).theorem)
 
@@ -143,9 +143,20 @@ class _VerifyGroup(TyperGroup):
                 raise click_errors.UsageError(f"{path}: {what}; the target is a construction "
                                               f"({', '.join(registry.names())}), all, or a DIR written by "
                                               "`exactformer build`", ctx)
-            cmd = _typer_command(path, command(_VERIFY_OPTIONS, lambda kw: _verify_dir(path, kw), ""), _DIR_HELP)
-            return path, cmd, args[1:]
+            return path, dir_command(path), args[1:]
         return super().resolve_command(ctx, args)
+
+    def format_options(self, ctx: typer.Context, formatter: Any) -> None:
+        """``verify --help``: the group's options and targets, then the verification options that
+        every target takes (those of ``verify DIR``)."""
+        super().format_options(ctx, formatter)
+        with formatter.section("Verification options (after the target, for every target)"):
+            formatter.write_dl([p.get_help_record(ctx) for p in dir_command("DIR").params])
+
+
+def dir_command(path: str) -> Any:
+    """``verify DIR``: the verification options alone."""
+    return _typer_command(path, command(VERIFY_OPTIONS, lambda kw: _verify_dir(path, kw), ""), _DIR_HELP)
 
 
 app = typer.Typer(cls=_Root, add_completion=False, no_args_is_help=True, rich_markup_mode=None,
@@ -187,14 +198,14 @@ def _opt(name: str, annotation: Any, default: Any) -> inspect.Parameter:
 
 
 _JSON = _opt("json", bool, typer.Option(False, "--json", help="print one JSON object on stdout (schema: docs/cli.md)"))
-_BUILD_OPTIONS = [
+BUILD_OPTIONS = [
     _opt("out", Optional[Path], typer.Option(None, "--out", metavar="DIR", show_default=False,
                                              help="the directory to write (created if missing). Required.")),
     _opt("compact", bool, typer.Option(False, "--compact", help="leave out the float file's embeddings: they are "
                                                                 "generated from the position codes on load (docs/exports.md)")),
     _JSON,
 ]
-_VERIFY_OPTIONS = [
+VERIFY_OPTIONS = [
     _opt("mode", Optional[str], typer.Option(
         None, "--mode", metavar="MODE", show_default=False,
         help=f"{' | '.join(MODES)}: certify ({COVERS['certify']}), exhaustive ({COVERS['exhaustive']}, at most "
@@ -218,7 +229,7 @@ _VERIFY_OPTIONS = [
              "real the exact real-number forward pass")),
     _JSON,
 ]
-_FIND_MIN = [
+FIND_MIN_OPTIONS = [
     _opt("find_min_precision", bool, typer.Option(
         False, "--find-min-precision", help="instead of verifying: the smallest precision that certifies, scanning "
                                             "upward (see --scan); exit 1 if none up to the top of the scan does")),
@@ -229,7 +240,7 @@ _FIND_MIN = [
 _ALL_OPTIONS = [
     _opt("n", str, typer.Option(str(DEFAULT_N), "--n", metavar="N", help="input length N of every construction "
                                                                           "(an integer or 2^k)")),
-    *_VERIFY_OPTIONS,
+    *VERIFY_OPTIONS,
 ]
 _ALL_HELP = ("Build every registered construction at --n with its builder's defaults, verify each in the strongest "
              "mode it has (or in --mode where it has that mode; a row without it runs its strongest, and says so) and "

@@ -21,6 +21,7 @@ from exactformer.precision import FixedPoint, PrecisionError, parse_format
 from exactformer.verify.anna import FAMILIES, ANNAError, LSHAttention, check_conditions, family, planted_data, thm34
 from exactformer.verify.cli_output import fail, print_json, print_table
 from exactformer.verify.ema import EMAError, ema_dense_reference, exact_match_attention, lowered_head_vectors
+from exactformer.verify.verifier import VerifyError, check_device
 
 KINDS = ("ema", "anna", "dense")
 MATCHES = "unique | random | few:K | none | all"
@@ -236,21 +237,21 @@ def _run_anna(n, d, fam_name, tables, hashes, near, approx_c, samples, seed, dev
 
 
 def attention(
-    kind: str = typer.Option(..., "--kind", help="ema | anna | dense"),
-    n: str = typer.Option(..., "--n", help="context length N (queries = keys = N per batch row)"),
-    d: Optional[str] = typer.Option(None, "--d", help="value width (ema, dense; default 64) / point dimension (anna; default 64)"),
-    matches: Optional[str] = typer.Option(None, "--matches", help=f"ema, dense: key pattern {MATCHES} (default random)"),
-    key_words: Optional[str] = typer.Option(None, "--key-words", help="ema: int64 words per key (default 1)"),
-    batch: Optional[str] = typer.Option(None, "--batch", help="ema: batch size B (default 1)"),
-    precision: Optional[str] = typer.Option(None, "--precision", help="ema: fixed point binary:int=I,frac=F (default: ideal)"),
-    tables: Optional[str] = typer.Option(None, "--tables", help="anna: hash tables ℓ (default: Thm 3.4)"),
-    hashes: Optional[str] = typer.Option(None, "--hashes", help="anna: hashes per table z (default: Thm 3.4)"),
-    lsh_family: Optional[str] = typer.Option(None, "--family", help=f"anna: {' | '.join(FAMILIES)} (default bit-sampling)"),
-    near: Optional[str] = typer.Option(None, "--near", help="anna: planted queries differ in <= NEAR bits (default d/32)"),
-    approx_c: Optional[str] = typer.Option(None, "--approx-c", help="anna: approximation factor c (default 3)"),
-    check_queries: Optional[str] = typer.Option(None, "--check-queries", help="queries checked when N is large (default 256)"),
-    seed: Optional[str] = typer.Option(None, "--seed", help="seed of the generated data and hash functions (default 0)"),
-    device: str = typer.Option("cpu", "--device", help="cpu (numpy; dense: torch) | cuda (torch)"),
+    kind: str = typer.Option(..., "--kind", metavar="KIND", help="ema | anna | dense"),
+    n: str = typer.Option(..., "--n", metavar="N", help="context length N (queries = keys = N per batch row)"),
+    d: Optional[str] = typer.Option(None, "--d", metavar="D", help="value width (ema, dense; default 64) / point dimension (anna; default 64)"),
+    matches: Optional[str] = typer.Option(None, "--matches", metavar="MATCHES", help=f"ema, dense: key pattern {MATCHES} (default random)"),
+    key_words: Optional[str] = typer.Option(None, "--key-words", metavar="WORDS", help="ema: int64 words per key (default 1)"),
+    batch: Optional[str] = typer.Option(None, "--batch", metavar="B", help="ema: batch size B (default 1)"),
+    precision: Optional[str] = typer.Option(None, "--precision", metavar="FORMAT", help="ema: fixed point binary:int=I,frac=F (default: ideal)"),
+    tables: Optional[str] = typer.Option(None, "--tables", metavar="L", help="anna: hash tables ℓ (default: Thm 3.4)"),
+    hashes: Optional[str] = typer.Option(None, "--hashes", metavar="Z", help="anna: hashes per table z (default: Thm 3.4)"),
+    lsh_family: Optional[str] = typer.Option(None, "--family", metavar="FAMILY", help=f"anna: {' | '.join(FAMILIES)} (default bit-sampling)"),
+    near: Optional[str] = typer.Option(None, "--near", metavar="NEAR", help="anna: planted queries differ in <= NEAR bits (default d/32)"),
+    approx_c: Optional[str] = typer.Option(None, "--approx-c", metavar="C", help="anna: approximation factor c (default 3)"),
+    check_queries: Optional[str] = typer.Option(None, "--check-queries", metavar="COUNT", help="queries checked when N is large (default 256)"),
+    seed: Optional[str] = typer.Option(None, "--seed", metavar="SEED", help="seed of the generated data and hash functions (default 0)"),
+    device: str = typer.Option("cpu", "--device", metavar="DEVICE", help="cpu (numpy; dense: torch) | cuda (torch)"),
     json: bool = typer.Option(False, "--json", help="print one JSON object on stdout (schema: docs/cli.md)"),
 ) -> None:
     """Run EMA, ANNA (Alg. 1) or dense attention on generated data and check it."""
@@ -271,13 +272,10 @@ def _attention(kind, n, d, matches, key_words, batch, precision, tables, hashes,
                check_queries, seed, device) -> dict[str, Any]:
     if kind not in KINDS:
         raise _Bad(f"--kind: must be one of {' | '.join(KINDS)}, got {kind!r}")
-    if device not in ("cpu", "cuda"):
-        raise _Bad(f"--device: must be cpu or cuda, got {device!r}")
-    if device == "cuda":
-        import torch
-
-        if not torch.cuda.is_available():
-            raise _Bad("--device: cuda requested but no CUDA device is available")
+    try:
+        check_device(device)
+    except VerifyError as e:
+        raise _Bad(f"--device: {e.reason}") from None
     _only(kind, ("ema", "dense"), matches=matches)
     _only(kind, ("ema",), key_words=key_words, batch=batch, precision=precision)
     _only(kind, ("anna",), tables=tables, hashes=hashes, family=lsh_family, near=near, approx_c=approx_c)

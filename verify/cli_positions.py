@@ -21,6 +21,7 @@ import typer
 from exactformer.constructions.position_codes import PositionCode, PositionCodeError, position_codes
 from exactformer.verify.arguments import ArgumentError, parse_int
 from exactformer.verify.cli_output import fail, print_json, print_table
+from exactformer.verify.verifier import VerifyError, check_device
 
 CERTIFY_LIMIT_S = 600.0  # --certify beyond this estimate needs --force
 
@@ -57,18 +58,23 @@ def _duration(seconds: float) -> str:
 
 def positions(
     n: str = typer.Option(..., "--n", metavar="N", help="number of positions (codes cover 0..n-1): an integer or 2^k"),
-    max_inner: str = typer.Option("1/4", "--max-inner", help="largest allowed |<T(i),T(j)>|, i != j, in (0, 1)"),
-    family: str = typer.Option("auto", "--family", help="auto | reed-solomon | random | onehot"),
-    seed: int = typer.Option(0, "--seed", help="seed of the random family"),
+    max_inner: str = typer.Option("1/4", "--max-inner", metavar="MU",
+                                  help="largest allowed |<T(i),T(j)>|, i != j, in (0, 1)"),
+    family: str = typer.Option("auto", "--family", metavar="FAMILY", help="auto | reed-solomon | random | onehot"),
+    seed: int = typer.Option(0, "--seed", metavar="SEED", help="seed of the random family"),
     certify: bool = typer.Option(False, "--certify", help="compute the exact maximum inner product; refused when "
                                                           "the measured estimate exceeds 10 minutes, unless --force"),
     force: bool = typer.Option(False, "--force", help="with --certify: run however long the estimate says"),
-    device: str = typer.Option("cpu", "--device", help="cpu | cuda (certification kernels)"),
+    device: str = typer.Option("cpu", "--device", metavar="DEVICE", help="cpu | cuda (certification kernels)"),
     json: bool = typer.Option(False, "--json", help="print one JSON object"),
 ) -> None:
     """Build a position code and print family, k, q, d, bound, paper_k (and the certificate)."""
     if force and not certify:
         fail("--force: only with --certify", json)
+    try:
+        check_device(device)
+    except VerifyError as e:
+        fail(f"--device: {e.reason}", json)
     tty = sys.stderr.isatty()
     t0 = time.perf_counter()
     estimate = None

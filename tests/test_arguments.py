@@ -1,0 +1,186 @@
+"""The Python API checks what the command line checks (one check per parameter, used by both), and
+input counts are written short everywhere (no thousand-digit numbers, no int-to-str crash)."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+import exactformer as xf
+from exactformer.constructions.task import count_log2, format_count
+from exactformer.verify.cli import app
+from exactformer.verify.verifier import VerifyError
+
+ROOT = Path(__file__).resolve().parents[1]
+FEATURES = ROOT / "docs" / "examples" / "feats.json"
+
+
+def cli(*args: str):
+    return CliRunner().invoke(app, list(args))
+
+
+def cli_error(*args: str) -> str:
+    """The one error line of a bad input (exit 2, also as JSON under --json)."""
+    r = cli(*args, "--json")
+    assert r.exit_code == 2, (r.exit_code, r.output)
+    message = json.loads(r.stdout)["error"]
+    assert r.stderr.strip() == f"error: {message}" and "Traceback" not in r.output
+    return message
+
+
+@pytest.fixture(scope="module")
+def il():
+    return xf.build("index-lookup", n=16, alphabet=4)
+
+
+# ---- verification arguments ------------------------------------------------------------------------------------------
+
+
+def test_device_cuda_without_a_cuda_device(il, monkeypatch):
+    torch = pytest.importorskip("torch")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(VerifyError, match="^device: cuda: no CUDA device is available") as e:
+        xf.verify(il, device="cuda")  # certify mode passed silently before
+    assert e.value.parameter == "device"
+    assert cli_error("verify", "index-lookup", "--n", "16", "--alphabet", "4", "--device", "cuda") == \
+        f"--device: {e.value.reason}"
+
+
+def test_unknown_device(il):
+    with pytest.raises(VerifyError, match=r"^device: must be one of cpu \| cuda, got 'bogus'"):
+        xf.verify(il, device="bogus")
+    assert cli_error("verify", "index-lookup", "--n", "16", "--device", "bogus") == \
+        "--device: must be one of cpu | cuda, got 'bogus'"
+
+
+def test_samples_and_seed_only_in_sample_mode(il):
+    for kw in ({"samples": 5}, {"seed": 3}):
+        with pytest.raises(VerifyError, match=f"^{next(iter(kw))}: only with mode sample"):
+            xf.verify(il, mode="certify", **kw)
+        with pytest.raises(VerifyError, match="only with mode sample .this run's mode is certify"):
+            xf.verify(il, **kw)  # no mode: the strongest is certify, where samples mean nothing
+    assert cli_error("verify", "index-lookup", "--n", "16", "--mode", "certify", "--samples", "5").startswith(
+        "--samples: only with mode sample")
+    assert xf.verify(il, mode="sample", samples=5, seed=3).inputs_covered == 10
+
+
+def test_negative_seed_names_the_seed(il):
+    with pytest.raises(VerifyError, match=r"^seed: must be an integer >= 0, got -3"):
+        xf.verify(il, mode="sample", seed=-3)  # numpy's "expected non-negative integer" before
+    assert cli_error("verify", "index-lookup", "--n", "16", "--mode", "sample", "--seed", "-3") == \
+        "--seed: must be an integer >= 0, got -3"
+    with pytest.raises(VerifyError, match="^samples: must be an integer >= 1"):
+        xf.verify(il, mode="sample", samples=2.5)
+
+
+def test_save_refuses_what_is_not_a_weight_model(tmp_path):
+    with pytest.raises(VerifyError, match=r"^model: must be a built construction \(xf.build / xf.load\), got str"):
+        xf.save("notamodel", tmp_path / "a")  # AttributeError before
+    with pytest.raises(VerifyError, match="^model: induction-heads is an EMA program, which has no weights"):
+        xf.save(xf.build("induction-heads", n=8), tmp_path / "b")
+    assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
+
+
+def test_a_mode_the_construction_lacks_is_bad_input():
+    h = xf.build("induction-heads", n=64)
+    with pytest.raises(VerifyError, match=r"^mode: no certificate for induction-heads; its modes: exhaustive \| sample"):
+        xf.verify(h, mode="certify")
+    assert cli_error("verify", "induction-heads", "--n", "64", "--mode", "certify") == \
+        "--mode: no certificate for induction-heads; its modes: exhaustive | sample"
+
+
+def test_defaults_pass_in_the_strongest_mode():
+    """`exactformer verify induction-heads --n 64` printed FAIL: certify was the default for a
+    construction without a certificate."""
+    r = cli("verify", "induction-heads", "--n", "64")
+    assert r.exit_code == 0 and "PASS" in r.stdout and "mode chosen" in r.stdout
+    rep = xf.build("induction-heads", n=64).compiled
+    d = xf.verify(rep).to_dict()
+    assert d["passed"] and d["mode"] == "sample" and d["samples"] == 1000 and d["seed"] == 0
+    assert d["mode_reason"] == ("no certificate for induction-heads; about 2^216.7 inputs, above the exhaustive "
+                                "limit of 2^22; sample: seeded random and adversarial inputs")
+    m = xf.build("equality", n=8)
+    assert m.verify().mode == "certify" and m.verify().mode_reason == "certify: the strongest mode, a proof for every input"
+    assert m.verify(mode="certify").mode_reason is None  # asked for: nothing to explain
+
+
+# ---- build arguments: one conversion for xf.build and the command line ------------------------------------------------
+
+
+def test_features_may_be_a_json_file_from_python_too(monkeypatch):
+    monkeypatch.chdir(ROOT)
+    features = json.loads(FEATURES.read_text())
+    by_list = xf.build("threshold", n=16, features=features, b=2)
+    for given in ("docs/examples/feats.json", FEATURES, FEATURES.read_text()):  # a list of characters before
+        m = xf.build("threshold", n=16, features=given, b=2)
+        assert m.params["features"].value == by_list.params["features"].value
+        assert np.array_equal(m.task_params["feature_index"], by_list.task_params["feature_index"])
+        assert m.task_params["types"] == by_list.task_params["types"]
+    with pytest.raises(ValueError, match="^features: no such file 'nofile.json'") as e:
+        xf.build("threshold", n=16, features="nofile.json")
+    assert cli_error("verify", "threshold", "--n", "16", "--features", "nofile.json") == f"--{e.value}"
+
+
+def test_a_given_eta_that_does_not_fit_names_eta():
+    with pytest.raises(ValueError, match=r"^eta = 20 does not fit precision binary:int=4,frac=2"):
+        xf.build("match2", n=8, eta=20, precision="binary:int=4,frac=2")  # a bare IRError before
+    message = cli_error("verify", "match2", "--n", "8", "--eta", "20", "--precision", "binary:int=4,frac=2")
+    assert message.startswith("match2: eta = 20 does not fit precision binary:int=4,frac=2")
+
+
+def test_an_unknown_precision_is_named_without_an_unrelated_suffix():
+    with pytest.raises(ValueError, match="^precision: unknown format 'float16'") as e:
+        xf.build("index-lookup", n=16, precision="float16")
+    assert "paper:kc=K" not in str(e.value)
+    message = cli_error("verify", "index-lookup", "--n", "16", "--precision", "float16")
+    assert message == f"--{e.value}" and "paper:kc=K" not in message
+    assert "paper:kc=K is paper:n=N,kc=K" in cli_error("verify", "index-lookup", "--n", "16", "--precision", "paper:x")
+    assert xf.build("index-lookup", n=16, alphabet=4, precision="paper:kc=2").precision == "paper:n=16,kc=2"
+
+
+# ---- input counts ---------------------------------------------------------------------------------------------------------
+
+
+def test_format_count():
+    assert format_count(4140) == "4140" and format_count(1 << 22) == "2^22" and format_count(2**4096, 4096) == "2^4096"
+    assert format_count(64**4096 * 4096, 4096) == "64^4096*4096" and format_count(37**32, 32) == "37^32"
+    assert format_count(4**16 * 16, 16) == "4^16*16" and format_count(3**40 * 7) == "3^40*7"
+    assert format_count(10480142147) == "10480142147"  # Bell(16): no product of powers, written out below 10^12
+    assert format_count(math.factorial(200)) == f"about 2^{math.log2(math.factorial(200)):.1f}"
+    assert format_count(math.inf) == "more than 2^1000" and count_log2(math.inf) is None
+    assert count_log2(64**4096 * 4096) == 24588.0
+
+
+@pytest.mark.parametrize("args,count", [
+    (["index-lookup", "--n", "4096", "--alphabet", "64"], "64^4096*4096"),  # int-to-str ValueError, exit 1 before
+    (["equality", "--n", "16384"], "2^16384"),
+])
+def test_exhaustive_refusals_write_counts_short(args, count):
+    message = cli_error("verify", *args, "--mode", "exhaustive")
+    assert message.startswith("--mode: exhaustive: ") and f"has {count} inputs, above the limit of 2^22" in message
+    assert len(message) < 200
+
+
+def test_exhaustive_refusal_from_the_api():
+    m = xf.build("index-lookup", n=2400, alphabet=64)  # 64^2400 * 2400: 4339 digits
+    with pytest.raises(VerifyError, match=r"^mode: exhaustive: index-lookup at N = 2400 has 64\^2400\*2400 inputs"):
+        xf.verify(m, mode="exhaustive")
+
+
+def test_verify_all_exhaustive_refusal_is_one_short_line():
+    message = cli_error("verify", "all", "--n", "4096", "--mode", "exhaustive")  # 1,371 characters before
+    assert message == ("--mode: exhaustive: equality at N = 4096 has 2^4096 inputs, above the limit of 2^22; "
+                       "use certify | sample")
+
+
+def test_reports_carry_the_count_short(il):
+    d = xf.verify(il).to_dict()
+    assert d["input_count"] == "4^16*16" and d["input_count_log2"] == 36.0 and d["inputs_covered"] == "all"
+    d = xf.verify(xf.build("k-hop", n=4096, k=2), mode="sample", samples=2).to_dict()
+    assert d["input_count"] == "more than 2^1000" and d["input_count_log2"] is None
+    assert max(len(str(v)) for v in d.values() if isinstance(v, (int, str))) < 200
