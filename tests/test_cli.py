@@ -20,7 +20,7 @@ from exactformer.constructions.index_lookup import IndexLookupTask, index_lookup
 from exactformer.constructions.ir import CompiledModel
 from exactformer.verify.cli import ALL_SAMPLES, app
 from exactformer.verify.cli_options import builder_kwargs, parameter_docs
-from exactformer.verify.cli_output import Steps
+from exactformer.verify.cli_output import Steps, cell_text, plain_table
 
 runner = CliRunner()
 
@@ -331,6 +331,42 @@ def test_progress_on_a_terminal_shows_total_and_eta():
         steps._live.refresh()
         text = buf.getvalue()
     assert "exhaustive equality n=8 (inputs)" in text and "128/256" in text and "ETA" in text
+
+
+def test_a_step_without_a_total_shows_a_spinner_not_an_empty_bar():
+    buf = io.StringIO()
+    console = Console(file=buf, force_terminal=True, width=120)
+    with Steps(tty=True, console=console) as steps:
+        steps.step("build equality n=4096")
+        steps._live.refresh()
+        text = buf.getvalue()
+    assert "build equality n=4096" in text and "0:00:00" in text  # the step and its elapsed time
+    assert "/?" not in text and "ETA" not in text and "━" not in text  # no empty bar "0/? ... ETA" (before)
+
+
+# ---- tables in files and pipes: sized to the content, plain cells ------------------------------------------------------
+
+
+def test_tables_without_a_terminal_are_plain_and_sized_to_the_content():
+    r = invoke("verify", "k-hop", "--n", "9", "--k", "2", "--alphabet", "3", "--mode", "exhaustive")
+    lines = r.stdout.splitlines()
+    assert r.exit_code == 0 and lines[0] == "verify k-hop n=9 (exhaustive)" and lines[1].split() == ["field", "value"]
+    assert all(line == line.rstrip() for line in lines)  # no padding (200-243 columns before)
+    assert "{'" not in r.stdout and "['" not in r.stdout  # no Python reprs
+    cells = dict((re.split(r"\s{2,}", line, maxsplit=1) + [""])[:2] for line in lines[3:])
+    assert cells["details: levels"] == "mpc, ideal, binary:int=4,frac=2, truth" and cells["eta"] == ""
+    assert cells["details: sources"] == "exhaustive=3281" and cells["inputs"] == "3281 of 3281"
+    assert cells["details: resources"].startswith("(quantity=layers L, built=")
+    r = invoke("verify", "index-lookup", "--n", "16", "--alphabet", "4")
+    lines = r.stdout.splitlines()
+    assert r.exit_code == 0 and all(line == line.rstrip() for line in lines) and max(map(len, lines)) < 200
+    assert "all 4^16*16" in r.stdout
+
+
+def test_cell_text_and_plain_table():
+    assert cell_text({"a": 1, "b": [1, 2], "c": {"d": None}}) == "a=1, b=1, 2, c=d="
+    assert cell_text([[1, 2], {"x": 3}, "s"]) == "(1, 2), (x=3), s" and cell_text(None) == ""
+    assert plain_table("t", ["a", "bb"], [["xyz", "1"], ["", ""]]) == "t\na    bb\n-    --\nxyz  1\n\n"
 
 
 # ---- the API's errors behind the CLI: one ValueError naming the parameter ------------------------------------------------

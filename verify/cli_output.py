@@ -61,8 +61,7 @@ def cell_text(value: Any) -> str:
 def plain_table(title: str, columns: list[str], rows: list[list[str]], header: bool = True) -> str:
     """A table as plain text sized to its content: the title, the header and a rule, then one line
     per row; columns two spaces apart, no trailing blanks."""
-    lines = [columns, ["-" * len(c) for c in columns]] if header else []
-    lines += rows
+    lines = ([columns, ["-" * len(c) for c in columns]] if header else []) + rows
     widths = [max(len(r[i]) for r in lines) for i in range(len(columns))] if lines else []
     out = [title] + ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in lines]
     return "\n".join(out) + "\n"
