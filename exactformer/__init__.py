@@ -8,16 +8,17 @@ The package is split into three subpackages whose imports point down only::
 
 The public API (``import exactformer as xf``) is :mod:`exactformer.api`: ``xf.build``,
 ``xf.verify``, ``xf.save``, ``xf.load``, ``xf.constructions``, ``model(inputs)``, and a builder
-per construction (``xf.index_lookup``, ``xf.equality`` ...).
+per construction (``xf.index_lookup``, ``xf.equality`` ...); ``xf.BuildError`` and
+``xf.VerifyError`` are the ValueErrors of bad arguments.
 """
 
-from exactformer.api import Model, build, builder, constructions, load, save
+from exactformer.api import BuildError, Model, VerifyError, build, builder, constructions, load, save
 from exactformer.precision import FixedPoint, Float32, Float64, parse_format
 
 __version__ = "0.2.0"  # the same as pyproject.toml
 
-__all__ = ["Model", "build", "builder", "constructions", "load", "save", "verify", "FixedPoint", "Float32",
-           "Float64", "parse_format"]
+__all__ = ["Model", "build", "builder", "constructions", "load", "save", "verify", "BuildError", "VerifyError",
+           "FixedPoint", "Float32", "Float64", "parse_format"]
 
 # ``xf.verify`` is the subpackage exactformer.verify, which is callable: xf.verify(model, mode="certify")
 
