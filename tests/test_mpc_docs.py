@@ -25,3 +25,31 @@ def test_tables_are_current():
     for name, fn in tables.TABLES.items():
         block = re.search(rf"<!-- table:{name} -->\n(.*?)\n<!-- end table -->", text, re.S)
         assert block is not None and block.group(1) == fn(), f"table {name}: run benchmarks/mpc_tables.py --write"
+
+
+def _block(name: str) -> str:
+    return re.search(rf"<!-- table:{name} -->\n(.*?)\n<!-- end table -->", DOC.read_text(), re.S).group(1)
+
+
+def test_k_hop_lower_bound_is_stated_whole_with_its_vacuous_cells():
+    """The recurrent / low-rank row states the theorem whole (depth Ω(k) *or* memory Ω(N/k⁶)) and
+    marks every cell where the memory alternative is vacuous (N <= k⁶), counted here by hand."""
+    text = _block("layers")
+    assert "depth Ω(k) or memory Ω(N/k⁶)" in text
+    head, *rows = [l for l in text.splitlines() if l.startswith("| 2^") or l.startswith("| N ")]
+    ks = [int(c.split("=")[1]) for c in head.strip("|").split("|")[1:-1]]
+    marked = 0
+    for row in rows:
+        cells = [c.strip() for c in row.strip("|").split("|")]
+        n = 1 << int(cells[0].removeprefix("2^"))
+        for k, cell in zip(ks, cells[1:-1]):
+            assert cell.endswith("°") == (n <= k ** 6), (n, k, cell)
+            marked += cell.endswith("°")
+    assert marked == 39 and f"vacuous in {marked} of the table's {len(rows) * len(ks)} cells" in text
+
+
+def test_k_hop_widths_say_the_per_token_maps_are_not_counted():
+    text = _block("sizes")
+    head = text.splitlines()[0]
+    assert "m (words; per-token maps not counted)" in head and "residual (words; per-token maps not counted)" in head
+    assert "they are not counted here" in text
