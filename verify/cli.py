@@ -31,7 +31,7 @@ from exactformer.constructions.export import ManifestError, load, save
 from exactformer.constructions.ir import CompiledModel
 from exactformer.constructions.task import EXHAUSTIVE_LIMIT, MODES, format_count
 from exactformer.verify.arguments import ArgumentError, build, parse_int
-from exactformer.verify.cli_options import builder_kwargs, command, construction_options, option_flag
+from exactformer.verify.cli_options import builder_kwargs, command, construction_options
 from exactformer.verify.cli_output import EXIT_BAD_INPUT, EXIT_FAILED, Steps, fail, print_json, print_table, report_error
 from exactformer.verify.precision_scan import find_min_precision
 from exactformer.verify.verifier import (ARITHMETICS, COUNTS_MEANING, COVERS, DEFAULT_SAMPLES, DEVICES, Report,
