@@ -1,4 +1,4 @@
-"""Certificate time per arithmetic (issue 10): the default builds of Index Lookup, Equality and
+"""Certificate time per arithmetic: the default builds of Index Lookup, Equality and
 Threshold at N = 2^16 and 2^20, certified in their fixed-point format, exact reals, float64 and
 float32.
 

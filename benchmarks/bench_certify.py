@@ -1,4 +1,4 @@
-"""Certificate time without grid enumeration (issue 9 goals, 2 CPU cores):
+"""Certificate time without grid enumeration (goals, 2 CPU cores):
 
   Index Lookup, N = 2^20, default format            goal <= 1 s
   Index Lookup, N = 2^20, paper:n=1048576,kc=2       goal <= 10 s

@@ -1,4 +1,4 @@
-"""Default builds run as users run them, on samples (issue 10): the exported torch module in
+"""Default builds run as users run them, on samples: the exported torch module in
 float64, float32, bfloat16 and float16, and TransformerLens 4 in float32 and float64.
 
 Usage:

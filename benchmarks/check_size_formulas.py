@@ -1,5 +1,5 @@
 """The sizes tables' provider (builders run shapes-only, verify/sizes.formula_size_row) against real
-builds (built_size_row), every spec at N = 2^4 .. 2^20 (issue 14's check; the test suite checks
+builds (built_size_row), every spec at N = 2^4 .. 2^20 (the test suite checks
 N <= 2^8).
 
 Usage: python benchmarks/check_size_formulas.py [--max-log2 20]

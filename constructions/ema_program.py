@@ -1,7 +1,7 @@
 """EMA programs (level L2): ANNA-transformers with r = 0, the transformers of P2 Thm 4.1.
 
-P2 Def. 2.2 with arbitrary element-wise maps (L47) makes a transformer "arbitrary per-token
-computation alternating with communication between tokens"; the proof of Thm 4.1 (L95) only needs
+P2 Def. 2.2 with arbitrary element-wise maps (Sec. 2.1) makes a transformer "arbitrary per-token
+computation alternating with communication between tokens"; the proof of Thm 4.1 (Sec. 4.1) only needs
 ANNA's exact special case, Exact-Match Attention (EMA). exactformer's definition of EMA (P2's formal
 one is in the unavailable App. B; the "c → ∞, r = 0" limit leaves c·r undefined):
 

@@ -1,6 +1,6 @@
 """A :class:`~exactformer.constructions.ir.CompiledModel` as a TransformerLens 4.x
 ``TransformerBridge`` (optional extra ``exactformer[lens]``; the loading path is described in
-docs/exports.md and /work/shared/notes/ecosystem.md)."""
+docs/exports.md, "TransformerLens 4.x")."""
 
 from __future__ import annotations
 

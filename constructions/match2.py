@@ -1,5 +1,5 @@
 """Match2 as one softmax layer (P2 Def. 5.1, Thm 5.2): the EMA head of the compiled Match2 program
-lowered to a softmax head of the model IR (spec §B.6, §B.7).
+lowered to a softmax head of the model IR (docs/ema.md, docs/mpc.md).
 
 Task: Match2(x)_i = 1{∃ j ∈ [N]: x_i + x_j ≡ 0 (mod M)} for x ∈ [0, M)^N, j = i allowed (P2's
 quantifier is garbled, "∃j �"; the one-head construction counts j = i, docs/mpc.md). Tokens: BOS

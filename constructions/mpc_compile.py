@@ -7,8 +7,8 @@ transient fields. Hence the **simulation invariant**: after layer r the program'
 protocol's memory after round r, field by field, for every machine — checked by
 :mod:`exactformer.verify.mpc_check` on every verified input.
 
-Heads of layer r (spec §B.5, with exactformer's slot-addressed messages in place of the averaging
-code of [55] that the proof sketch uses):
+Heads of layer r (docs/mpc.md, "Compilation"; exactformer's slot-addressed messages replace the
+averaging code of Sanford, Hsu, Telgarsky (ICML 2024) that P2's proof sketch of Thm 4.1 uses):
 
 * **send heads** h = 0 … α_r − 1. Let d_{i,h} be the h-th smallest distinct destination of machine
   i (none if it has fewer). key_i = (d_{i,h}); query_j = (j) — every machine asks for messages to
@@ -20,7 +20,7 @@ code of [55] that the proof sketch uses):
   none if it does not publish), value_i = (1, record words), query_j = j's u-th lookup key.
   ``unique`` (c <= 1): the words are out[1:] / out[0]; ``exists``: out[0] > 0.
 
-Resources (:func:`resources`, spec §B.5): layers = R; heads in layer r = α_r + Σ_T λ_T; key width
+Resources (:func:`resources`, docs/mpc.md): layers = R; heads in layer r = α_r + Σ_T λ_T; key width
 1 (send) or κ_T; value width 2·s_in (send) or 1 + w_T; residual width s + Σ_h value widths (memory
 plus the layer's head outputs: Q, K, V and the local computation are element-wise maps of the
 memory, Def. 2.2); precision: int bits p and frac bits ⌈log₂ c_max⌉ with c_max = max(s_in, the

@@ -87,7 +87,7 @@ def _sigma_rounds(n: int, B: int) -> tuple[list[Round], Callable[[Memory], np.nd
       looks up (w_p, a_ℓ(p) − t) for its left siblings. The hit at the deepest level, nearest
       sibling (smallest t) is the last earlier occurrence prev(p); σ(p) = prev(p) + 1.
 
-    This replaces the level-by-level descent of spec §B.7 (L − 1 further rounds) by one round of
+    This replaces a level-by-level descent (L − 1 further rounds; docs/mpc.md) by one round of
     unique reads: 2 rounds for every B, with (L − 1)(B − 1) and L(B − 1) heads."""
     L = levels(n, B)
     span = [B ** (L - lev) for lev in range(L + 1)]  # span[ℓ] = block size at level ℓ

@@ -10,7 +10,7 @@ through equality), ``sample`` (seeded) and ``adversarial`` (named kinds, determi
 seed). Running and checking programs is :mod:`exactformer.verify.mpc_check`'s job.
 
 Match2's ground truth and inputs serve two constructions: the EMA program here and the softmax
-model of :mod:`exactformer.constructions.match2` (its lowering, spec §B.6).
+model of :mod:`exactformer.constructions.match2` (its lowering, docs/ema.md).
 """
 
 from __future__ import annotations
@@ -204,7 +204,7 @@ class Application(Verifiable):
     #: how a natural input becomes the program's input (schema of docs/exports.md): word i is x_i
     ENCODING: dict[str, Any] = {"inputs": [{"name": "x", "type": "N ints in [0, domain)"}],
                                 "tokens": [{"for_each": "x", "token": "{}"}]}
-    #: the registered softmax construction that lowers this program (spec §B.6), if there is one,
+    #: the registered softmax construction that lowers this program (docs/ema.md), if there is one,
     #: built with ``lowered_params``: the four-way check's last level
     lowered_construction: str | None = None
 
@@ -284,7 +284,7 @@ def match2_draw(n: int, modulus: int, rng: np.random.Generator, b: int) -> np.nd
 
 
 def match2_adversarial(n: int, modulus: int, seed: int) -> Iterator[tuple[str, np.ndarray]]:
-    """Named Match2 inputs (spec §B.7): all x ≡ 0 (c = N for every position), all x ≡ M/2 (M even),
+    """Named Match2 inputs (docs/mpc.md, "Verification"): all x ≡ 0 (c = N for every position), all x ≡ M/2 (M even),
     no pair, exactly one pair per position, distinct residues, every residue M − 1."""
     M = modulus
     rng = np.random.default_rng(seed)
@@ -367,7 +367,7 @@ class KHop(Application):
         return (rng.random((b, n)) * size[:, None]).astype(np.int64)
 
     def adversarial(self, model, seed):
-        """Named hard cases (spec §B.8.4): fixed points, no repeats, long chains, block boundaries."""
+        """Named hard cases (docs/mpc.md, "Verification"): fixed points, no repeats, long chains, block boundaries."""
         n, S, B = model.n, self.domain(model), model.params["branching"]
         rng = np.random.default_rng(seed)
         pos = np.arange(n, dtype=np.int64)
@@ -422,7 +422,7 @@ class PrefixSums(Application):
 
 class Sort(Application):
     name = "sort"
-    theorem = "library (Columnsort, push-only MPC; P2 L56: sorting in O(1) MPC rounds)"
+    theorem = "library (Columnsort, push-only MPC; P2 Sec. 2.2: sorting in O(1) MPC rounds)"
     domain_name = "words"
 
     def protocol(self, n: int, value_bits: int = 8) -> Protocol:

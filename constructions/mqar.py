@@ -1,4 +1,4 @@
-"""Multi-query associative recall in two layers (P1 App. G, L416-418; through Theorem 7).
+"""Multi-query associative recall in two layers (P1 App. G, "Relation to Associative Recall"; through Theorem 7).
 
 Task MQAR: symbols s_1 .. s_N over an alphabet Sigma and labels y_1 .. y_{N-1}; the first half
 s_1 .. s_{N/2} are distinct and the second half is a permutation of them (the paper's format).
@@ -22,7 +22,7 @@ Two builds (docs/nearest-neighbor.md):
   (+-2^-e)^D (D = 4^e >= ceil(log2 |Sigma|), the signs the bits of s), distinct symbols are
   margin 2/D apart, and the model is :func:`~exactformer.constructions.nearest_neighbor.nearest_neighbor`
   with d_in = D and margin 2/D (its width grows as log N / margin^2 = Theta(log^3 N) when
-  |Sigma| = Theta(N): P1 D.1.2).
+  |Sigma| = Theta(N): docs/sizes.md).
 """
 
 from __future__ import annotations

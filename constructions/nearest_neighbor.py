@@ -1,8 +1,8 @@
 """Nearest neighbour in two layers (Theorem 7, App. G.2 of Bhattamishra et al. 2024).
 
-Task NSTNB (P1 L81): for vectors x_1 .. x_N in R^{d'} and labels y_1 .. y_{N-1}, the prefix
+Task NSTNB (P1 Sec. 5.2): for vectors x_1 .. x_N in R^{d'} and labels y_1 .. y_{N-1}, the prefix
 (x_1, y_1, .., x_{K-1}, y_{K-1}, x_K) asks for y_{j*}, j* = argmax_{i < K} <x_K, x_i>, for every
-K > N/2. Precondition (P1 L82, stated on the grid values the model reads): every ||x_i||^2 <= 1 and
+K > N/2. Precondition (P1 Sec. 5.2's assumptions, stated on the grid values the model reads): every ||x_i||^2 <= 1 and
 <x_K, x_{j*}> >= <x_K, x_i> + margin for every other i < K. Inputs that violate it are refused
 (:class:`NearestNeighborError` naming the input and the condition), never counted as model errors.
 
@@ -205,7 +205,7 @@ def design(n: int, d_in: int, margin: Fraction, variant: str, labels: int, c_sel
     mu1 <= gamma / (2 c_self) ("paper": gamma/100) leave the nearest candidate tau = gamma - c_self mu1
     >= gamma / 2 ahead of every other candidate, and the query's own key and the labels at least
     c_self (1 - mu1) - 2 = tau and c_label - 1 - c_self mu1 >= tau behind it (real arithmetic);
-    the fixed-point condition is :func:`layer1_holds`. (The design study's tau >= 4 gamma / 5 costs
+    the fixed-point condition is :func:`layer1_holds`. (The paper's tau = 4 gamma / 5 costs
     four times the code width for a 2.5-fold smaller eta1 reserve; docs/nearest-neighbor.md.)"""
     g = Fraction(margin)
     if variant == "paper":
@@ -589,12 +589,12 @@ def design_params(dz: Design, pc: dict, lo: int, hi: int, s: int) -> dict[str, P
                      "of the nearest candidate after the code term (real arithmetic)"),
         "eta": Param(dz.eta1, "eta1: " + dz.formulas["eta1"]),
         "eta2": Param(dz.eta2, dz.formulas["eta2"]),
-        "eta_paper": Param(round(pc["eta"], 6), "(5 / (4 margin)) ln(18N): weight 9/10 with tau = 4 margin / 5 (P1 L470)"),
-        "c_paper": Param(6, "the paper's c1 = c2 = 6 (reconstructed from 'self and labels <= -5', P1 L457)"),
-        "eps_paper": Param(pc["eps"], "the paper's code accuracy margin/100 (P1 L474)"),
+        "eta_paper": Param(round(pc["eta"], 6), "(5 / (4 margin)) ln(18N): weight 9/10 with tau = 4 margin / 5 (P1 App. G.2)"),
+        "c_paper": Param(6, "the paper's c1 = c2 = 6 (reconstructed from 'self and labels <= -5', P1 App. G.2)"),
+        "eps_paper": Param(pc["eps"], "the paper's code accuracy margin/100 (P1 App. G.2, second layer)"),
         "d_model": Param(dz.d_model, "d' + 3m + 1 + k1 + 4 k2 (two-code); d' + 3m + 1 + 4k (paper)"),
         "d_head": Param(dz.d_head, "max(d' + k1 + 1, k2)"),
-        "heads": Param(1, "per layer (the paper's TF^2_{m,p,2} has 2: no residual stream, spec D.1.7)"),
+        "heads": Param(1, "per layer (the paper's TF^2_{m,p,2} has 2: no residual stream)"),
         "precision": Param(dz.fmt.name, dz.formulas["precision"]),
         "precision_bits": Param(getattr(dz.fmt, "bits", None), "bits of one number in the format"),
         "m": Param(dz.m, "ceil(log2 labels)"),

@@ -1,5 +1,5 @@
 """Inputs for nearest neighbour (Theorem 7): exact grid vectors with prescribed inner products, the
-adversarial kinds of the design study (shared/specs/next-constructions.md §A.6), and a finite
+adversarial kinds listed in docs/nearest-neighbor.md, and a finite
 family for exhaustive runs at tiny N.
 
 **The exact generator** (``queries="last"``). Let D = 4^e <= d' and H the Sylvester Hadamard matrix

@@ -1,6 +1,6 @@
 """ANNA (P2 Def. 3.3) implemented with locality-sensitive hashing (Alg. 1, Thm 3.4; docs/ema.md).
 
-Alg. 1 as implemented (P2 L82; the algorithm itself is only described in prose): sample ``tables``
+Alg. 1 as implemented (P2 Sec. 3.2; the algorithm itself is only described in prose): sample ``tables``
 (ℓ) functions g_t = (h_t1, ..., h_tz) of ``hashes`` (z) functions each from an LSH family; every
 bucket of table t keeps the sum of the values and the count of the keys hashed to it; query i reads
 its bucket in every table and returns
@@ -283,7 +283,7 @@ class ANNAResult:
 
 
 class LSHAttention:
-    """Alg. 1 (P2 L82): ``tables`` hash tables, each keyed by ``hashes`` concatenated functions of
+    """Alg. 1 (P2 Sec. 3.2): ``tables`` hash tables, each keyed by ``hashes`` concatenated functions of
     ``family`` on points of dimension ``dim``, sampled from numpy's Generator(``seed``)."""
 
     def __init__(self, family: LSHFamily, dim: int, tables: int, hashes: int, seed: int = 0):
@@ -375,7 +375,7 @@ class Thm34:
     (Δ <= r) shares none. No other event breaks Def. 3.3 (docs/ema.md), and a pair is near or far
     or neither, so ``fail_prob`` η = min(1, n^2 max(far_term, near_term)). With the default z, ℓ:
     η <= ℓ/n + 1/n = O(n^{3ρ-1} log n). ``time_exponent`` 1 + 3ρ: Alg. 1 costs
-    O(m n ℓ z) = O(m n^{1+3ρ} log n log_{1/p2} n). ``applies``: ρ < 1/3 (P2 L83)."""
+    O(m n ℓ z) = O(m n^{1+3ρ} log n log_{1/p2} n). ``applies``: ρ < 1/3 (P2 Thm 3.4)."""
 
     n: int
     p1: float
@@ -394,7 +394,7 @@ class Thm34:
 
 
 def thm34(n: int, p1: float, p2: float, *, tables: int | None = None, hashes: int | None = None) -> Thm34:
-    """Thm 3.4 (P2 L83) for an (r, cr, p1, p2)-sensitive family and n tokens (see :class:`Thm34`)."""
+    """Thm 3.4 (P2 Sec. 3.2) for an (r, cr, p1, p2)-sensitive family and n tokens (see :class:`Thm34`)."""
     n = _int_param(n, "n", 2)
     if not (0 < p2 < p1 <= 1):
         raise ANNAError(f"p1, p2: need 0 < p2 < p1 <= 1, got p1 = {p1}, p2 = {p2}")

@@ -1,4 +1,4 @@
-"""Exact-Match Attention (EMA): P2's r = 0, c -> infinity case of ANNA (Def. 3.3, L81, L95).
+"""Exact-Match Attention (EMA): P2's r = 0, c -> infinity case of ANNA (Def. 3.3; Sec. 3.2 and 4.1).
 
 P2 defines EMA only in its unavailable App. B; the definition used here (docs/ema.md, "EMA") is::
 
@@ -528,7 +528,7 @@ def match_sums(xp, kwords, qwords, batch, batch_size: int, krows, qrows, n_out: 
 
 def exact_match_attention(queries, keys, values, *, query_mask=None, key_mask=None,
                           fmt: Format | None = None) -> EMAResult:
-    """Exact-Match Attention (docs/ema.md; P2 L81, L95), batched, in O(N log N) time and O(N(kw + dv))
+    """Exact-Match Attention (docs/ema.md; P2 Sec. 3.2 and 4.1), batched, in O(N log N) time and O(N(kw + dv))
     memory.
 
     queries [B, Nq, kw], keys [B, Nk, kw]: int64 words (numpy arrays or torch tensors, any device;

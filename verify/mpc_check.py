@@ -1,5 +1,5 @@
 """Verification of MPC protocols, their compiled EMA programs and their softmax lowerings (P2 Thm 4.1
-and §5; spec §B.8).
+and §5; docs/mpc.md, "Verification").
 
 Four-way differential run on every input:
 

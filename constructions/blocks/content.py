@@ -59,7 +59,7 @@ from exactformer.constructions.views_ops import _z, value_tables
 
 @dataclass(frozen=True)
 class SignClip(MLPBlock):
-    """``out = clip(inp, -1, 1)`` per coordinate: exactly the sign for |inp| >= 1 (P1 L466's sigma)."""
+    """``out = clip(inp, -1, 1)`` per coordinate: exactly the sign for |inp| >= 1 (P1 App. G.2's sigma)."""
 
     inp: str
     out: str

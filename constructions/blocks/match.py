@@ -1,5 +1,5 @@
-"""MatchHead: an Exact-Match Attention (EMA) head lowered to one softmax head (P2 L81, L95; spec
-§B.6), and MatchIndicator, the MLP that reads its output as "some key matched".
+"""MatchHead: an Exact-Match Attention (EMA) head lowered to one softmax head (P2 Sec. 3.2 and
+4.1; docs/ema.md), and MatchIndicator, the MLP that reads its output as "some key matched".
 
 Weights (b = the code width: query and key slots hold codes in {-1, +1}^b, a one-column
 ``default`` slot marks the BOS token; no 1/sqrt(d_head))::
