@@ -126,6 +126,14 @@ def test_features_may_be_a_json_file_from_python_too(monkeypatch):
     assert cli_error("verify", "threshold", "--n", "16", "--features", "nofile.json") == f"--{e.value}"
 
 
+def test_clauses_and_terms_as_the_command_line_writes_them():
+    assert xf.build("dnf", n=16, terms="1,-2;3,4").params["features"].value == \
+        xf.build("dnf", n=16, terms=[[1, -2], [3, 4]]).params["features"].value
+    with pytest.raises(ValueError, match=r"^clauses must look like '1,-2;3,4'") as e:
+        xf.build("cnf", n=16, clauses="1,2;;3")  # read as a JSON file's name before
+    assert cli_error("verify", "cnf", "--n", "16", "--clauses", "1,2;;3") == f"--clauses: {e.value}"
+
+
 def test_a_given_eta_that_does_not_fit_names_eta():
     with pytest.raises(ValueError, match=r"^eta = 20 does not fit precision binary:int=4,frac=2"):
         xf.build("match2", n=8, eta=20, precision="binary:int=4,frac=2")  # a bare IRError before

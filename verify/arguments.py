@@ -133,11 +133,12 @@ def json_value(value: str | Path, name: str, doc: str) -> Any:
                             f"{doc}") from None
 
 
-def _clauses(text: str, opt: str, doc: str) -> list[list[int]]:
+def _clauses(text: str, name: str, doc: str) -> list[list[int]]:
+    """Literal lists from ``"1,-2;3,4"`` (``name``: the parameter, or its option on the command line)."""
     try:
-        return parse_clauses(text, opt.lstrip("-"))
-    except ValueError as e:
-        raise ArgumentError(f"{opt}: {e}") from None
+        return parse_clauses(text, name.lstrip("-"))
+    except ValueError as e:  # the message names the parameter; on the command line the option comes first
+        raise ArgumentError(f"{name}: {e}" if name.startswith("--") else str(e)) from None
 
 
 #: builder parameters whose text is parsed by name (values that are not scalars)
@@ -182,10 +183,12 @@ def from_text(param: inspect.Parameter, text: str, name: str, doc: str, n: int |
 
 def from_python(param: inspect.Parameter, value: Any, doc: str, n: Any) -> Any:
     """The builder's value for ``param`` from a Python value: text where the command line takes
-    text for a value that is not text (a JSON file or JSON text for a list, a format name with
-    ``paper:kc=K`` for a format) is converted as there; everything else is the builder's to check."""
-    text = isinstance(value, (str, Path))
-    if text and _is_list(param.annotation):
+    text for a value that is not text (``"1,-2;3,4"`` for clauses or terms, a JSON file or JSON text
+    for a list, a format name with ``paper:kc=K`` for a format) is converted as there; everything
+    else is the builder's to check."""
+    if isinstance(value, str) and param.name in BY_NAME:
+        return BY_NAME[param.name](value, param.name, doc)
+    if isinstance(value, (str, Path)) and _is_list(param.annotation):
         return json_value(value, param.name, doc)
     if isinstance(value, str) and Format in _members(param.annotation):
         return precision_format(value, n if isinstance(n, int) else None, param.name)
