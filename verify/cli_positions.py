@@ -15,7 +15,6 @@ import sys
 import time
 
 import numpy as np
-import torch
 import typer
 
 from exactformer.constructions.position_codes import PositionCode, PositionCodeError, position_codes
@@ -43,6 +42,8 @@ def certify_estimate(code: PositionCode, device: str) -> float:
         t0 = time.perf_counter()
         code.agreements(np.arange(1, m + 1))
         return (time.perf_counter() - t0) * (L - 1) / m
+    import torch  # imported here: the other commands' start-up does not wait for it
+
     rows = min(code.n, 2048)
     X = torch.ones(rows, code.k, device=device)
     for _ in range(2):  # the first product warms up the kernels
