@@ -4,8 +4,10 @@ exit 2, JSON schemas, exit codes, progress, and the API's errors behind it."""
 from __future__ import annotations
 
 import io
-import re
 import json
+import re
+import subprocess
+import sys
 from fractions import Fraction
 from pathlib import Path
 
@@ -305,6 +307,13 @@ def test_a_new_construction_needs_no_cli_edit(monkeypatch):
     failed = rows["tiny-uncertified"]
     assert not failed["passed"] and failed["mode"] == "certify" and failed["counterexample"] is None
     assert failed["reason"].startswith("unproven") and failed["note"] is None
+
+
+def test_the_command_line_starts_without_torch():
+    """`exactformer --help` waited seconds for torch, imported by the positions command's module."""
+    code = "import sys\nfrom exactformer.verify.cli import app\nprint('torch' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=True)
+    assert out.stdout.strip() == "False"
 
 
 # ---- progress (issue 8 item 6) --------------------------------------------------------------------------------------------
