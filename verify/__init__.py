@@ -1,7 +1,7 @@
 """exactformer.verify: the executor, certificates, the verifier and the CLI.
 
-The package is also the public function ``xf.verify(model, mode="certify", ...)`` (a callable
-module), so that ``exactformer.verify`` names both the subpackage of the design card and the API
+The package is also the public function ``xf.verify(model, mode=None, ...)`` (a callable
+module; no mode: the strongest the construction has), so that ``exactformer.verify`` names both the subpackage of the design card and the API
 function (see :func:`exactformer.verify.verifier.verify`).
 """
 

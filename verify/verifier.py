@@ -202,6 +202,7 @@ def check_mode(mode: str | None) -> str | None:
 
 
 def check_arithmetic(arithmetic: str) -> str:
+    """One of :data:`ARITHMETICS` (fixed: the exact executor; the others: the torch forward pass)."""
     if arithmetic not in ARITHMETICS:
         raise VerifyError("arithmetic", f"must be one of {' | '.join(ARITHMETICS)}, got {arithmetic!r}")
     return arithmetic
