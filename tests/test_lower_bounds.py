@@ -4,7 +4,9 @@ statements, at two N each (and the spec's Part C sample table, re-derived by han
 from __future__ import annotations
 
 import itertools
+import re
 
+import numpy as np
 import pytest
 
 from exactformer.verify import lower_bounds as lb
@@ -21,7 +23,7 @@ HAND = [
     # Thm 3: m >= N/p
     (lb.rnn_index_lookup, (1 << 10, 10), 103, "1024/10 = 102.4"),
     (lb.rnn_index_lookup, (1 << 20, 42), 24967, "1048576/42 = 24966.10 (spec Part C: 24,967)"),
-    (lb.rnn_index_lookup, (8192, 64), 128, "Sec. 6 (L91): m = 128, p = 64 suffices up to N = 8192"),
+    (lb.rnn_index_lookup, (8192, 64), 128, "Sec. 6: m = 128, p = 64 suffices up to N = 8192"),
     (lb.rnn_index_lookup, (8193, 64), 129, "... and bites beyond"),
     # Prop. 9: m >= N/p, N pairs
     (lb.rnn_associative_recall, (1 << 12, 26), 158, "4096/26 = 157.54 (spec: 158)"),
@@ -35,6 +37,13 @@ HAND = [
     # Thm 8: m >= N/2p
     (lb.rnn_nearest_neighbor, (1 << 30, 62), 8659209, "2^29/62 = 8659208.26 (spec: 8,659,209)"),
     (lb.rnn_nearest_neighbor, (1 << 8, 18), 8, "128/18 = 7.11"),
+    # the last query only (Prop. 9 / INDEX): nearest neighbour min(N - 1, 2^15)/p, MQAR (N/2)/p
+    (lb.rnn_nearest_neighbor_last, (1 << 8, 18), 15, "255/18 = 14.17"),
+    (lb.rnn_nearest_neighbor_last, (1 << 20, 16), 2048, "min(2^20 - 1, 2^15)/16 = 2048"),
+    (lb.rnn_nearest_neighbor_last, (1 << 15, 16), 2048, "32767/16 = 2047.94"),
+    (lambda n, p: lb.rnn_nearest_neighbor_last(n, p, separated=1 << 30), (1 << 20, 16), 65536, "(2^20 - 1)/16"),
+    (lb.rnn_mqar_last, (1 << 8, 18), 8, "128/18 = 7.11"),
+    (lb.rnn_mqar_last, (1 << 20, 17), 30841, "524288/17 = 30840.47"),
     # induction heads (derived from Prop. 9): floor((N-1)/2)/p
     (lb.rnn_induction_heads, (1025, 10), 52, "512 pairs / 10 = 51.2"),
     (lb.rnn_induction_heads, (1 << 20, 42), 12484, "524287/42 = 12483.02"),
@@ -62,7 +71,7 @@ HAND = [
     # conversions and alternatives
     (lb.one_layer_size_bits, (2819, 42), 473592, "4 * 2819 * 42"),
     (lb.rnn_units, (0, 7), 0, "no bits, no units"),
-    (lb.tracr_index_lookup_width, (128,), 393, "issue 14: measured 393 at N = 128"),
+    (lb.tracr_index_lookup_width, (128,), 393, "reported: 393 at N = 128"),
     (lb.tracr_index_lookup_width, (1 << 20,), 3145737, "3 * 2^20 + 9"),
     (lb.dyck22_rnn_state_bits, (), 3, "ceil(log2 7)"),
 ]
@@ -109,6 +118,8 @@ def test_monotone_in_n_and_p():
     lambda: lb.rnn_index_lookup(16.0, 8),
     lambda: lb.paper_precision_bits(16, 0),
     lambda: lb.rnn_units(-1, 8),
+    lambda: lb.rnn_mqar_last(15, 8),
+    lambda: lb.rnn_nearest_neighbor_last(16, 8, separated=0),
 ])
 def test_bad_arguments(call):
     with pytest.raises(lb.BoundError):
@@ -121,7 +132,7 @@ def test_registry_is_consistent():
             assert k in lb.BOUNDS, (fam.key, k)
     for b in lb.BOUNDS.values():
         assert b.kind in ("lower", "upper", "alternative")
-        assert ("L" in b.source and any(c.isdigit() for c in b.source)) or "issue" in b.source, b.key
+        assert re.search(r"\b(Sec|App|Thm|Prop|Lemma|Fact|Def)\.? ?[A-Z0-9]", b.source) or b.key.startswith("tracr"), b.key
         assert b.formula and b.precision and b.statement
         if b.explicit:
             units, bits = lb.evaluate(b, 1 << 10, 22)
@@ -143,3 +154,60 @@ def test_claims_cover_the_built_constructions():
 
     for name in registry.names():
         assert name in lb.CLAIMS, name
+
+
+# ------------------------------------------------------------------------------------------------
+# the last-query reductions: the instances the bounds use are valid inputs of the built tasks
+# ------------------------------------------------------------------------------------------------
+
+
+def _even_weight(rng, count: int, d: int = 16) -> np.ndarray:
+    """``count`` distinct sign vectors of even weight in {-1, +1}^d (as 0/1 bits, then signs)."""
+    words = rng.choice(1 << (d - 1), size=count, replace=False)
+    bits = (words[:, None] >> np.arange(d - 1)) & 1
+    bits = np.concatenate([bits, bits.sum(axis=1, keepdims=True) % 2], axis=1)
+    return 1 - 2 * bits
+
+
+def test_nearest_neighbor_last_query_reduces_index():
+    """lb.rnn_nearest_neighbor_last's reduction on the built spec (defaults: d' = 16, margin 1/4):
+    Alice's bits as the labels of distinct even-weight sign vectors (+-1/4)^16, the zero vector
+    with any label at the remaining pairs; for every index i the query x_N = v_i is a valid input
+    (the task's precondition holds) whose answer is a_i. And the even-weight code's margin is what
+    NN_SEPARATED_INPUTS claims."""
+    from exactformer.constructions import registry
+
+    n = 8
+    model = registry.get("nearest-neighbor").builder(n)
+    task = registry.task_of(model)
+    assert (model.task_params["d_in"], model.task_params["margin"]) == (16, "1/4")
+    assert list(model.answer_positions_for(2 * n - 1)) == [2 * n - 2]  # the last query only
+    S, rng = task.scale(model), np.random.default_rng(0)
+    for r in (n - 1, 4):  # every pair separated, and zero padding
+        signs = _even_weight(rng, r)
+        assert np.all(signs @ signs.T - 16 * np.eye(r, dtype=np.int64) <= 12)  # <v_i, v_j> <= 3/4
+        a = rng.integers(0, 2, (n - 1,))
+        X = np.zeros((r, n, 16), dtype=np.int64)
+        X[:, :r] = signs * S // 4
+        X[:, n - 1] = X[np.arange(r), np.arange(r)]  # Bob's query for index i: v_i
+        truths = task.truth(model, X, np.broadcast_to(a, (r, n - 1)))
+        assert truths[:, 0].tolist() == a[:r].tolist()
+
+
+def test_mqar_last_query_reduces_index():
+    """lb.rnn_mqar_last's reduction on the built spec: the first half holds Alice's bits as labels;
+    Bob's second half is a permutation ending with the symbol of index i, with arbitrary labels;
+    the answer at the last query is a_i for every i."""
+    from exactformer.constructions import registry
+
+    n = 8
+    model = registry.get("mqar").builder(n)
+    task = registry.task_of(model)
+    assert list(model.answer_positions_for(2 * n - 1)) == [2 * n - 2]
+    rng = np.random.default_rng(1)
+    first = rng.permutation(n)[: n // 2]
+    a = rng.integers(0, 2, n // 2)
+    for i in range(n // 2):
+        second = np.r_[np.delete(first, i)[rng.permutation(n // 2 - 1)], first[i]]
+        labels = np.r_[a, rng.integers(0, 2, n // 2 - 1)]
+        assert task.truth(model, np.r_[first, second][None], labels[None])[0, 0] == a[i]

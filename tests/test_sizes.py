@@ -126,6 +126,24 @@ def test_model_shape_counts_every_stored_number(name):
     assert builder(16).fingerprint() == m.fingerprint()
 
 
+#: bounds whose proof needs the model's answers at every query K > N/2 ("all") or at the last one
+QUERY_BOUNDS = {"rnn-nearest-neighbor": "all", "rnn-nearest-neighbor-last": "last", "rnn-mqar-last": "last"}
+
+
+def test_query_bounds_match_the_answers_the_builds_give():
+    """Thm 8 reads the answers of all N/2 queries: it may stand only beside a model that gives them;
+    a last-query build is compared with INDEX (Prop. 9's reduction) instead. Every nearest-neighbour
+    row has one of these bounds."""
+    n = 8
+    for s in sz.SIZE_SPECS.values():
+        keys = [k for k in s.bound_keys if k in QUERY_BOUNDS]
+        assert keys or s.family != "nearest-neighbor", s.name
+        if keys:
+            model = registry.get(s.construction).builder(n, **s.builder_kwargs)
+            answered = len(model.answer_positions_for(2 * n - 1))
+            assert all(answered == (n // 2 if QUERY_BOUNDS[k] == "all" else 1) for k in keys), (s.name, keys)
+
+
 # ------------------------------------------------------------------------------------------------
 # the report
 # ------------------------------------------------------------------------------------------------
@@ -208,6 +226,63 @@ def test_generator_runs(tmp_path):
     assert "| 2^4 | 1 | 1 |" in text  # the Index Lookup row at N = 16
 
 
+def _drawn(fig):
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    FigureCanvasAgg(fig).draw()
+    return fig.canvas.get_renderer()
+
+
+def test_family_figures_draw_every_line_visibly_with_legends_outside(tmp_path):
+    """Equal lines (equality and inequality built; the RNN bounds of Thm 3 and Prop. 9) are drawn
+    once with both names, built lines carry markers, and no legend covers its axes."""
+    ns = [16, 32, 64, 128]
+    for fam, merged in (("equality", "equality = inequality (built): width x heads"),
+                        ("index-lookup", "RNN (Thm 3): m >= ceil(N/p) = RNN (Prop. 9): m >= ceil(N/p), N pairs")):
+        fig = sz.plot_families([(fam, sz.family_series(fam, ns, cheap_provider))], tmp_path / f"{fam}.png")
+        renderer = _drawn(fig)
+        for ax in fig.axes:
+            legend = ax.get_legend()
+            assert not legend.get_window_extent(renderer).overlaps(ax.get_window_extent(renderer)), fam
+            labels = [t.get_text() for t in legend.get_texts()]
+            lines = ax.get_lines()
+            assert [l.get_label() for l in lines] == labels
+            assert len({(tuple(l.get_xdata()), tuple(l.get_ydata())) for l in lines}) == len(lines), labels
+            assert all(l.get_marker() not in ("None", "", None) for l in lines if "(built)" in l.get_label())
+        assert merged in [" ".join(t.get_text().split()) for t in fig.axes[0].get_legend().get_texts()], fam
+        assert all(ax.get_window_extent(renderer).width > 300 for ax in fig.axes), fam  # legends do not squeeze
+        assert fig._suptitle.get_text() == sz.REFERENCE_NOTE
+
+
+def test_family_figures_say_what_they_do_not_show(tmp_path):
+    """Families without built rows say "bounds only" on every panel; Match2, without bounds, says
+    it has none and carries no title about lower bounds."""
+    ns = [16, 32, 64]
+    for fam in ("dyck", "k-hop"):
+        fig = sz.plot_families([(fam, sz.family_series(fam, ns, cheap_provider))], tmp_path / f"{fam}.png")
+        assert all(sz.BOUNDS_ONLY in ax.get_title() for ax in fig.axes), fam
+    fig = sz.plot_families([("match2", sz.family_series("match2", ns, cheap_provider))], tmp_path / "m.png")
+    assert all(sz.NO_BOUND in ax.get_title() and sz.BOUNDS_ONLY not in ax.get_title() for ax in fig.axes)
+    assert "lower bound" not in fig._suptitle.get_text()
+
+
+def test_attention_float_panel_says_why_it_is_paler(tmp_path):
+    """The float64 panel names the real softmax's weight on the target where the exact row is
+    one-hot; Index Lookup's (0.773 at N = 16, also quoted in docs/sizes.md) meets the readout's
+    3/4, and the title says why exact and float differ."""
+    pic = sz.ATTENTION_PICTURES[0]
+    fmt, panels, certified = sz.picture_panels(pic)
+    fig = sz.plot_picture(pic, fmt, panels, tmp_path / "a.png", certified)
+    target = sz.float_target_weight(panels[0])
+    assert certified and 0.75 <= target < 1
+    exact_ax, float_ax = fig.axes[0], fig.axes[1]
+    assert f"real softmax: target weight {target:.3f}" in float_ax.get_title()
+    assert "target weight" not in exact_ax.get_title()
+    title = " ".join(fig._suptitle.get_text().split())
+    assert "rounds every off-target weight down to 0" in title and "certified in float64 too" in title
+    assert f"the target keeps {target:.3f} in the Index Lookup picture" in (ROOT / "docs" / "sizes.md").read_text()
+
+
 def test_update_doc_rejects_unknown_and_missing_blocks():
     doc = sz.report([sz.SIZE_SPECS["equality"]], [16], cheap_provider)
     blocks = sz.doc_blocks(doc, "f")
@@ -249,7 +324,7 @@ def test_committed_figure_data_is_current(committed):
         assert [r for r in old if r["kind"] != "built" or int(r["n"]) <= CHEAP_MAX_N] == new, fam
         assert {f"{fam}.png"} <= {p.name.removeprefix("sizes-") for p in FIGURES.glob("sizes-*.png")}
     for pic in sz.ATTENTION_PICTURES:
-        _, panels = sz.picture_panels(pic)
+        _, panels, _ = sz.picture_panels(pic)
         assert (FIGURES / f"{pic.name}.csv").read_text() == sz.picture_csv(panels), pic.name
         assert (FIGURES / f"{pic.name}.png").stat().st_size <= 150_000
     for png in FIGURES.glob("*.png"):

@@ -5,8 +5,11 @@ stored parameters and total size in bits (:class:`SizeRow`). Rows come from a *s
 ``provider(spec, n) -> SizeRow`` (raising :class:`SizeUnavailable` where it has no answer). The
 provider in use is the module variable :data:`SIZE_PROVIDER`: :func:`formula_size_row` runs the
 builder shapes-only (no weights assembled, N up to each spec's ``max_n``), checked against real
-builds (:func:`built_size_row`) for N <= 2^20; everything here (tables, CSV, JSON, plots, the
-``sizes`` command) reads it at call time.
+builds (:func:`built_size_row`) for N <= 2^20; everything here (tables, CSV, JSON, plots) reads it
+at call time unless given another provider. :func:`report` with it wrote the committed size data
+(:data:`COMMITTED_DATA`, docs/figures/sizes.json), which :class:`CommittedSizes` serves back: the
+``sizes`` command reads the committed data and computes only the rows it lacks (``--recompute``:
+every row).
 
 Each row is set beside the lower bounds of its task (:mod:`exactformer.verify.lower_bounds`),
 evaluated at the built model's own precision p ("the same precision"), or, for rows not built, at
@@ -26,6 +29,7 @@ import io
 import json
 import os
 import re
+import textwrap
 from dataclasses import asdict, dataclass, field
 from fractions import Fraction
 from pathlib import Path
@@ -91,7 +95,7 @@ SIZE_SPECS: dict[str, SizeSpec] = {s.name: s for s in (
              note="|Sigma| = 64, positions auto"),
     SizeSpec("index-lookup-onehot", "index-lookup", "index-lookup", (("alphabet", 64), ("positions", "onehot")), _IL,
              claim="index-lookup-onehot", build_max_n=1 << 10, max_n=1 << 10,
-             note="one-hot positions: the naive width-Theta(N) construction of L39 (built up to N = 2^10)"),
+             note="one-hot positions: the naive width-Theta(N) construction of P1 Sec. 3 (built up to N = 2^10)"),
     SizeSpec("equality", "equality", "equality", max_n=1 << 24),
     SizeSpec("inequality", "inequality", "equality", max_n=1 << 24),
     SizeSpec("disjointness", "disjointness", "disjointness", max_n=1 << 22),
@@ -100,9 +104,10 @@ SIZE_SPECS: dict[str, SizeSpec] = {s.name: s for s in (
     SizeSpec("cnf", "cnf", "threshold", bounds=(), note="default: N/2 seeded random 3-literal clauses"),
     SizeSpec("threshold", "threshold", "threshold", bounds=(),
              note="default: N seeded random 2-subsets, g = parity, b = m // 2"),
-    SizeSpec("nearest-neighbor", "nearest-neighbor", "nearest-neighbor",
+    # the last query only: Thm 8 (every query answered) does not apply; INDEX does (lower_bounds)
+    SizeSpec("nearest-neighbor", "nearest-neighbor", "nearest-neighbor", bounds=("rnn-nearest-neighbor-last",),
              note="d' = 16, margin 1/4, two-code variant, the last query answered"),
-    SizeSpec("mqar", "mqar", "nearest-neighbor", build_max_n=1 << 16,
+    SizeSpec("mqar", "mqar", "nearest-neighbor", bounds=("rnn-mqar-last",), build_max_n=1 << 16,
              note="lean variant, |Sigma| = N, the last query answered (the dense embedding tables make a full "
                   "build above N = 2^16 too large for the reference check)"),
     SizeSpec("match2", "match2", "match2"),
@@ -112,12 +117,14 @@ SIZE_SPECS: dict[str, SizeSpec] = {s.name: s for s in (
 #: Why a family has no rows on this page.
 NOT_BUILT: dict[str, str] = {
     "dyck": "exactformer builds no Dyck model: the family is here for its lower bounds (P1 Thm 5) beside the "
-            "constant-size DFA.",
+            "constant-size DFA, and the figure above shows bounds only.",
     "k-hop": "Induction heads and k-hop are built as EMA programs (P2 Thm 4.1 compilation: words in memory "
              "slots, not stored weight matrices), so this page, which counts stored weights, has no row for "
-             "them: their layers, heads per layer, words per head and memory per N and k are tabulated in "
+             "them, and the figure above shows bounds only. Their layers, heads per layer, words per head and "
+             "memory per N and k are tabulated in "
              "[docs/mpc.md](mpc.md#resource-tables-generated-by-benchmarksmpc_tablespy---write), beside P2's "
-             "O(log k)-layer bound.",
+             "O(log k)-layer bound; those widths count the words heads read and write, not the per-token maps "
+             "between heads (arbitrary functions in P2's model).",
 }
 
 
@@ -137,7 +144,7 @@ class SizeRow:
     """The size of one built model. ``parameters`` counts stored numbers (position-code rows are
     generated, not stored: CompiledModel.parameter_count); ``size_bits = parameters x
     precision_bits``; ``heads`` is the most heads of any layer; ``width = max(d_model, d_head)``
-    (P1 L29). ``source``: "build" or "formula"."""
+    (P1 Sec. 2). ``source``: "build" or "formula"."""
 
     spec: str
     n: int
@@ -467,12 +474,18 @@ def separation_lines(doc: dict[str, Any], spec_name: str) -> list[str]:
 
 @dataclass
 class Series:
-    """One plotted line: ``points`` are (N, value, p) with p the precision the value assumes."""
+    """One plotted line: ``points`` are (N, value, p) with p the precision the value assumes. Its
+    label is ``name + detail`` ("equality" + " (built): width x heads")."""
 
-    label: str
+    name: str
+    detail: str
     kind: str  # "built", "lower", "upper", "alternative"
     quantity: str  # "units" (width x heads, hidden units, width) or "bits"
     points: list[tuple[int, int, int]] = field(default_factory=list)
+
+    @property
+    def label(self) -> str:
+        return self.name + self.detail
 
 
 def family_series(family: str, ns: list[int], provider: SizeProvider | None = None,
@@ -483,8 +496,8 @@ def family_series(family: str, ns: list[int], provider: SizeProvider | None = No
     specs = [s for s in (specs if specs is not None else SIZE_SPECS.values()) if s.family == family]
     out: list[Series] = []
     for s in specs:
-        units = Series(f"{s.name} (built): width x heads", "built", "units")
-        bits = Series(f"{s.name} (built): size", "built", "bits")
+        units = Series(s.name, " (built): width x heads", "built", "units")
+        bits = Series(s.name, " (built): size", "built", "bits")
         for n in ns:
             try:
                 r = provider(s, n)
@@ -496,8 +509,9 @@ def family_series(family: str, ns: list[int], provider: SizeProvider | None = No
     keys = [k for k in lb.FAMILIES[family].bounds if lb.BOUNDS[k].explicit]
     for k in keys:
         b = lb.BOUNDS[k]
-        units = Series(b.label, b.kind, "units")
-        bits = Series(f"{b.label}; bits", b.kind, "bits")
+        name = f"{b.model} ({b.short}): {b.formula}"
+        units = Series(name, "", b.kind, "units")
+        bits = Series(name, "; bits", b.kind, "bits")
         for n in ns:
             p = reference_p(n)
             u, bb = lb.evaluate(b, n, p)
@@ -519,8 +533,28 @@ def series_csv(series: list[Series]) -> str:
     return buf.getvalue()
 
 
-_STYLE = {"built": dict(ls="-", marker="o", ms=3), "lower": dict(ls="--"), "upper": dict(ls=":"),
-          "alternative": dict(ls="-.")}
+_STYLE = {"built": dict(ls="-", ms=3), "lower": dict(ls="--"), "upper": dict(ls=":"), "alternative": dict(ls="-.")}
+_BUILT_MARKERS = "osD^v<>"
+REFERENCE_NOTE = ("lower bounds at P1 App. B.2 precision with Kc = 1 (p = 2 log2 N + 2 bits); "
+                  "built models at their own precision")
+BOUNDS_ONLY = "bounds only: no stored-weight model of this family is built (docs/sizes.md says why)"
+NO_BOUND = "no lower bound: neither paper states one for this family"
+
+
+def merged_series(series: list[Series]) -> list[Series]:
+    """The lines to draw: series with equal kind, quantity and points are drawn once, labelled with
+    every name ("equality = inequality (built): width x heads", "RNN (Thm 3): m >= ceil(N/p) =
+    RNN (Prop. 9): m >= ceil(N/p), N pairs"), so that no line hides under an identical one."""
+    out: dict[tuple, Series] = {}
+    for s in series:
+        key = (s.kind, s.quantity, tuple(s.points))
+        if key not in out:
+            out[key] = s
+            continue
+        o = out[key]
+        out[key] = (Series(f"{o.name} = {s.name}", s.detail, s.kind, s.quantity, s.points) if o.detail == s.detail
+                    else Series(f"{o.label} = {s.label}", "", s.kind, s.quantity, s.points))
+    return list(out.values())
 
 
 def _matplotlib_figure(**kw):
@@ -531,29 +565,41 @@ def _matplotlib_figure(**kw):
     return Figure(**kw)
 
 
-def plot_families(families: list[tuple[str, list[Series]]], path: Path) -> None:
-    """One row of two log-log panels per family (units, bits) into ``path`` (.png or .svg)."""
-    fig = _matplotlib_figure(figsize=(12, 5 * len(families)), layout="constrained")
+def plot_families(families: list[tuple[str, list[Series]]], path: Path):
+    """One row of two log-log panels per family (units, bits) into ``path`` (.png or .svg); returns
+    the figure. Identical lines are drawn once (:func:`merged_series`), built models with markers,
+    legends below the panels (never over the data); a family without built rows says "bounds
+    only", one without bounds says so, and the figure's title speaks of lower bounds only when
+    some are drawn."""
+    fig = _matplotlib_figure(figsize=(12, 7 * len(families)), layout="constrained")
     axes = np.atleast_2d(fig.subplots(len(families), 2, squeeze=False))
+    any_bound = False
     for row, (family, series) in zip(axes, families):
         fam = lb.FAMILIES[family]
-        scope = f"\n({fam.scope})" if fam.scope else ""
+        lines = merged_series(series)
+        built = any(s.kind == "built" for s in lines)
+        bound = any(s.kind != "built" for s in lines)
+        any_bound |= bound
+        notes = [n for n in (fam.scope, "" if built else BOUNDS_ONLY, "" if bound else NO_BOUND) if n]
+        scope = "".join(f"\n({n})" for n in notes)
         for ax, qty, ylabel in ((row[0], "units", "width x heads / hidden units"), (row[1], "bits", "bits")):
-            for s in series:
+            markers = iter(_BUILT_MARKERS)
+            for s in lines:
                 if s.quantity != qty:
                     continue
                 xs, ys = [p[0] for p in s.points], [max(p[1], 1) for p in s.points]
-                ax.plot(xs, ys, label=s.label, **_STYLE[s.kind])
+                marker = {"marker": next(markers)} if s.kind == "built" else {}
+                ax.plot(xs, ys, label=textwrap.fill(s.label, 72, subsequent_indent="  "), **_STYLE[s.kind], **marker)
             ax.set_xscale("log", base=2)
             ax.set_yscale("log", base=10)
             ax.set_xlabel("N")
             ax.set_ylabel(ylabel)
             ax.set_title(f"{fam.title}: {ylabel}{scope}", fontsize=9)
             ax.grid(True, which="major", alpha=0.3)
-            ax.legend(fontsize=7, loc="best", framealpha=0.85)
-    fig.suptitle("lower bounds at P1 App. B.2 precision with Kc = 1 (p = 2 log2 N + 2 bits); "
-                 "built models at their own precision", fontsize=9)
+            ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(0.0, -0.12), borderaxespad=0.0, frameon=False)
+    fig.suptitle(REFERENCE_NOTE if any_bound else "built models at their own precision", fontsize=9)
     _save(fig, path)
+    return fig
 
 
 def _save(fig, path: Path) -> None:
@@ -641,9 +687,10 @@ class Panel:
     cols: list[str]
 
 
-def picture_panels(pic: AttentionPicture) -> tuple[str, list[Panel]]:
-    """The model's format name and the panels of ``pic``: for Index Lookup the index token's row
-    on one input per p = 1..N; otherwise every layer and head on one fixed input."""
+def picture_panels(pic: AttentionPicture) -> tuple[str, list[Panel], bool]:
+    """The model's format name, the panels of ``pic`` (for Index Lookup the index token's row on one
+    input per p = 1..N; otherwise every layer and head on one fixed input) and whether the build is
+    certified in float64 (``params["arithmetics"]``)."""
     model = registry.get(pic.construction).builder(pic.n, **dict(pic.kwargs))
     task = registry.task_of(model)
     fmt = parse_format(model.precision)
@@ -667,7 +714,7 @@ def picture_panels(pic: AttentionPicture) -> tuple[str, list[Panel]]:
         e = np.asarray(fmt.to_fraction(pick(exact[l]) if pick else exact[l][0, h]), dtype=object)
         f = pick(flt[l]) if pick else flt[l][0, h]
         panels.append(Panel(title, e.tolist(), f, rows, cols))
-    return fmt.name, panels
+    return fmt.name, panels, "float64" in model.params["arithmetics"].value
 
 
 def picture_csv(panels: list[Panel]) -> str:
@@ -681,14 +728,29 @@ def picture_csv(panels: list[Panel]) -> str:
     return buf.getvalue()
 
 
-def plot_picture(pic: AttentionPicture, fmt_name: str, panels: list[Panel], path: Path) -> None:
-    """Two rows of heat maps: the exact rounded weights, then the float export's."""
+def float_target_weight(p: Panel) -> float | None:
+    """The smallest float64 weight on the target over the rows whose exact weights are one-hot
+    (None when no row is): what the real softmax leaves where the format's is exactly 1."""
+    exact = np.array([[float(v) for v in r] for r in p.exact])
+    rows = [i for i, r in enumerate(exact) if r.max() == 1.0 and np.count_nonzero(r) == 1]
+    return min(float(p.float64[i, int(np.argmax(exact[i]))]) for i in rows) if rows else None
+
+
+def plot_picture(pic: AttentionPicture, fmt_name: str, panels: list[Panel], path: Path, float64_certified: bool):
+    """Two rows of heat maps: the exact rounded weights, then the float export's; returns the figure.
+    A float panel over one-hot exact rows names the float weight left on the target, and the title
+    says why the two differ: the format floors every off-target weight to 0, the real softmax does
+    not (the float model answers right where it is certified in float64)."""
     k = len(panels)
-    fig = _matplotlib_figure(figsize=(3.4 * k + 1.2, 6.6), layout="constrained")
+    width = max(3.4 * k + 1.2, 6.0)
+    fig = _matplotlib_figure(figsize=(width, 7.4), layout="constrained")
     axes = fig.subplots(2, k, squeeze=False)
-    for row, which in enumerate((f"exact, {fmt_name}", "float64 export")):
+    for row in range(2):
         for ax, p in zip(axes[row], panels):
             a = np.array([[float(v) for v in r] for r in p.exact]) if row == 0 else p.float64
+            target = float_target_weight(p)
+            which = (f"exact, {fmt_name}" if row == 0 else "float64 export, real softmax"
+                     + (f": target weight {target:.3f}" if target is not None else ""))
             im = ax.imshow(a, vmin=0.0, vmax=1.0, cmap="Blues")
             ax.set_title(f"{p.title}\n({which})", fontsize=8)
             ax.set_xticks(range(len(p.cols)), p.cols, fontsize=6, rotation=90)
@@ -696,8 +758,13 @@ def plot_picture(pic: AttentionPicture, fmt_name: str, panels: list[Panel], path
             ax.set_xlabel("key position", fontsize=7)
             ax.set_ylabel("query", fontsize=7)
     fig.colorbar(im, ax=axes.ravel().tolist(), shrink=0.6, label="attention weight")
-    fig.suptitle(pic.title, fontsize=9)
+    why = ("top: the model's fixed-point softmax, which rounds every off-target weight down to 0; bottom: the "
+           "float64 export, the real softmax with the same weights, which leaves some weight off target ("
+           + ("certified in float64 too: it answers right" if float64_certified else "not certified in float64")
+           + "; docs/sizes.md, Attention patterns)")
+    fig.suptitle(pic.title + "\n" + textwrap.fill(why, int(width * 13)), fontsize=8)
     _save(fig, path)
+    return fig
 
 
 # ------------------------------------------------------------------------------------------------
@@ -729,9 +796,9 @@ def generate_figures(out_dir: Path, ns: list[int], provider: SizeProvider | None
         plot_families([(fam, series)], out_dir / f"sizes-{fam}.png")
         written.append(out_dir / f"sizes-{fam}.png")
     for pic in ATTENTION_PICTURES:
-        fmt_name, panels = picture_panels(pic)
+        fmt_name, panels, float64_certified = picture_panels(pic)
         written.append(_write(out_dir / f"{pic.name}.csv", picture_csv(panels)))
-        plot_picture(pic, fmt_name, panels, out_dir / f"{pic.name}.png")
+        plot_picture(pic, fmt_name, panels, out_dir / f"{pic.name}.png", float64_certified)
         written.append(out_dir / f"{pic.name}.png")
     if doc_path is not None:
         rel = Path(os.path.relpath(out_dir.resolve(), doc_path.resolve().parent)).as_posix()
