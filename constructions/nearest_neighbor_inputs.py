@@ -323,9 +323,9 @@ def _family_vectors(task: Any, model: Any) -> np.ndarray:
     return X[ok]
 
 
-#: what ``count`` reports when no finite family exists: more inputs than any enumeration (the grid
-#: vectors of a ball), so exhaustive verification refuses and says to sample or certify
-UNENUMERABLE = 1 << 64
+#: what ``count`` reports when no finite family exists (the grid vectors of a ball: no enumeration
+#: reaches them), so exhaustive verification refuses and says to sample or certify
+UNENUMERABLE = math.inf
 
 
 def family_count(task: Any, model: Any) -> int:

@@ -54,12 +54,13 @@ def format_count(count: int | float, n: int | None = None) -> str:
     """An input count, short: written out below 10^6; else exactly as powers -- ``b^N*m`` when
     ``n`` = N is given and count = b^N * m with m < 10^6 (Index Lookup's ``64^4096*4096``), else
     ``p^e*m`` for p in 2, 3, 5, 7 and m < 10^6 (``2^4096``); else written out below 10^12;
-    else ``about 2^x`` (x = log2 to one decimal). ``math.inf`` (a count too large to compute,
-    :func:`~exactformer.constructions.mpc_tasks.count_rgs`) is ``more than 2^1000``. Never a
+    else ``about 2^x`` (x = log2 to one decimal). ``math.inf`` (a count too large to compute --
+    :func:`~exactformer.constructions.mpc_tasks.count_rgs` above 2^1000 -- or inputs that no finite
+    family enumerates, as the grid vectors of nearest neighbour) is ``too many to count``. Never a
     number with more digits than that (Python refuses to print ints above 4300 digits)."""
     if isinstance(count, float):
         if math.isinf(count):
-            return "more than 2^1000"
+            return "too many to count"
         count = int(count)
     small = 10**EXACT_DIGITS
     if count < small:
@@ -76,6 +77,13 @@ def format_count(count: int | float, n: int | None = None) -> str:
     if count < DECIMAL_LIMIT:
         return str(count)
     return f"about 2^{math.log2(count):.1f}"
+
+
+def inputs_phrase(count: int | float, n: int | None = None) -> str:
+    """``"<count> inputs"`` written short (:func:`format_count`), or ``"too many inputs to count"``."""
+    if isinstance(count, float) and math.isinf(count):
+        return "too many inputs to count"
+    return f"{format_count(count, n)} inputs"
 
 
 def count_log2(count: int | float) -> float | None:

@@ -28,7 +28,7 @@ import numpy as np
 from exactformer.constructions import registry
 from exactformer.constructions.ir import CompiledModel, IRError
 from exactformer.constructions.mpc_tasks import ProgramModel
-from exactformer.constructions.task import EXHAUSTIVE_LIMIT, MODES, Batch, Verifiable, count_log2, format_count
+from exactformer.constructions.task import EXHAUSTIVE_LIMIT, MODES, Batch, Verifiable, count_log2, format_count, inputs_phrase
 from exactformer.precision import Format, parse_format
 from exactformer.verify.certify import certify
 from exactformer.verify.executor import run
@@ -265,7 +265,7 @@ def exhaustive_refusal(task: Verifiable, model: CompiledModel | ProgramModel) ->
     if count <= EXHAUSTIVE_LIMIT:
         return None
     others = " | ".join(m for m in task.modes if m != "exhaustive")
-    return (f"exhaustive: {model.construction} at N = {model.n} has {format_count(count, model.n)} inputs, above "
+    return (f"exhaustive: {model.construction} at N = {model.n} has {inputs_phrase(count, model.n)}, above "
             f"the limit of {format_count(EXHAUSTIVE_LIMIT)}" + (f"; use {others}" if others else ""))
 
 
@@ -292,7 +292,7 @@ def choose_mode(task: Verifiable, model: CompiledModel | ProgramModel, mode: str
         if m not in task.modes:
             skipped.append(lacks(name, m))
         elif m == "exhaustive" and exhaustive_refusal(task, model):
-            skipped.append(f"{format_count(task.count(model), model.n)} inputs, above the exhaustive limit of "
+            skipped.append(f"{inputs_phrase(task.count(model), model.n)}, above the exhaustive limit of "
                            f"{format_count(EXHAUSTIVE_LIMIT)}")
         else:
             strongest = "" if skipped else "the strongest mode, "
