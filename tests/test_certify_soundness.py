@@ -25,14 +25,14 @@ BASES = [
     ("index-lookup", dict(n=4, alphabet=4, positions="random")),
     ("equality", dict(n=6)),
     ("inequality", dict(n=4, positions="random")),
-    ("disjointness", dict(n=6)),
-    ("dnf", dict(n=5, terms=[[1, -2], [3, 4]])),
-    ("threshold", dict(n=5, features=[[[1, 2], [0, 1, 1, 0]], [[3], [1, 0]], [4, 5]], g=[1, 0, 0, 1], b=1)),
+    pytest.param(*("disjointness", dict(n=6)), marks=pytest.mark.slow),
+    pytest.param(*("dnf", dict(n=5, terms=[[1, -2], [3, 4]])), marks=pytest.mark.slow),
+    pytest.param(*("threshold", dict(n=5, features=[[[1, 2], [0, 1, 1, 0]], [[3], [1, 0]], [4, 5]], g=[1, 0, 0, 1], b=1)), marks=pytest.mark.slow),
 ]
 PER_BASE = 32  # 8 bases x 32 mutants = 256 adversarial models
 
 
-@pytest.mark.parametrize("name,kw", BASES, ids=[f"{b[0]}-{i}" for i, b in enumerate(BASES)])
+@pytest.mark.parametrize("name,kw", BASES, ids=[f"{(b.values if hasattr(b, 'values') else b)[0]}-{i}" for i, b in enumerate(BASES)])
 def test_certificate_agrees_with_exhaustive_on_mutants(name, kw):
     base = registry.get(name).builder(**kw)
     fmt = parse_format(base.precision)
@@ -82,6 +82,7 @@ def test_duplicated_code_rows_are_not_trusted_by_label():
         assert not e.passed and not c.passed and c.counterexample is not None
 
 
+@pytest.mark.slow
 def test_reported_crashes_now_answer():
     """Issue 8 item 3: the certificate answers (pass, counterexample or unproven), never raises."""
     import dataclasses

@@ -119,6 +119,7 @@ def test_index_lookup_single_inputs_after_other_queries():
             assert [a[0] for a in executor.run(model, batch, fmt).answers] == sy[:4, pp - 1].tolist()
 
 
+@pytest.mark.slow
 def test_every_construction_gives_the_same_logits_in_a_fresh_process():
     """Every registered weight construction: built, its inputs drawn (same seeds) and run in a
     fresh interpreter gives the logits of this process, whose plans have already served other

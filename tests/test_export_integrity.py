@@ -65,7 +65,7 @@ def _expected_name(man, path):
     return field_name(path)
 
 
-@pytest.fixture(scope="module", params=["index-lookup-random", "dnf-views"])
+@pytest.fixture(scope="module", params=["index-lookup-random", pytest.param("dnf-views", marks=pytest.mark.slow)])
 def export(request, tmp_path_factory):
     """A dense export with a certified random code (describe() with a certificate), and one with
     code views (constant and table) and a stored code (the DNF's type signs)."""

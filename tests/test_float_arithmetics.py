@@ -284,6 +284,7 @@ def test_mqar_fixed_point_only_eta_is_refuted_in_torch_and_says_so():
     assert robust.params["arithmetics"].value == [robust.precision, "real", "float64", "float32"]
 
 
+@pytest.mark.slow
 def test_vacuous_float_rows_prove_nothing_and_never_raise():
     """A row whose a-priori float bound is vacuous (exp overflowing float32 at a huge eta, or
     n u >= 1 terms) gives the trivial weights [0, 1]: the builders' searches read it as "the

@@ -37,6 +37,7 @@ def test_invariant_on_every_equality_pattern(branching):
         assert cex is None, cex.describe()
 
 
+@pytest.mark.slow
 def test_induction_heads_on_all_bell_10_patterns():
     """Bell(10) = 115,975 equality patterns: every string of length 10 over every alphabet (~5 s)."""
     rep = build("induction-heads", 10).verify("exhaustive")

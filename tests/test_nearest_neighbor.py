@@ -63,8 +63,8 @@ def test_spec_equals_truth_and_certificate_agrees_with_exhaustive(model):
     assert exh.passed and exh.inputs_covered == task.count(model) > 0
 
 
-@pytest.mark.parametrize("kw", [dict(n=16, labels=3), dict(n=64, queries="all", margin=HALF), dict(n=8, variant="paper", margin=1),
-                                dict(n=256, d_in=4, margin=HALF)], ids=str)
+@pytest.mark.parametrize("kw", [dict(n=16, labels=3), pytest.param(dict(n=64, queries="all", margin=HALF), marks=pytest.mark.slow),
+                                dict(n=8, variant="paper", margin=1), dict(n=256, d_in=4, margin=HALF)], ids=str)
 def test_certificate_agrees_with_sampled_adversarial_runs(kw):
     m = nearest_neighbor(**kw)
     cert = verify(m, "certify")
@@ -120,6 +120,7 @@ def test_mutants_are_refuted_with_counterexamples(name):
     _assert_refuted(mutant(n, **kw))
 
 
+@pytest.mark.slow
 def test_too_few_fraction_bits_is_not_proven_never_a_pass():
     """A format whose bounds fail but that no input breaks (exhaustively): the certificate says so."""
     dz = design(4, 4, HALF, "two-code", 2, None, None, None, 8)

@@ -101,6 +101,7 @@ def test_compare_providers_finds_a_wrong_size():
     assert len(sz.compare_providers(missing, sz.built_size_row, specs, ns)) == 4
 
 
+@pytest.mark.slow
 def test_size_provider_matches_builds():
     """The provider in use (builders run shapes-only) equals real builds, N <= 2^8 here
     (benchmarks/check_size_formulas.py checks up to 2^20, docs/sizes.md)."""
@@ -208,6 +209,7 @@ def test_exact_attention_reproduces_the_executor(name, n, kw):
 # ------------------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_generator_runs(tmp_path):
     specs = [sz.SIZE_SPECS["index-lookup"], sz.SIZE_SPECS["equality"]]
     doc_md = tmp_path / "sizes.md"
