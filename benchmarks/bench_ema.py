@@ -46,7 +46,7 @@ def _patterns(n: int, rng) -> dict[str, tuple[np.ndarray, np.ndarray]]:
 
 
 def _spot_check(q, k, v, res, rng, fmt=None) -> None:
-    from exactformer.verify.ema import ema_dense_reference
+    from exactformer.verify.attention.ema import ema_dense_reference
 
     def host(x):
         return x.detach().cpu().numpy() if hasattr(x, "detach") else np.asarray(x)
@@ -63,7 +63,7 @@ def bench_ema(args) -> None:
     import torch
 
     from exactformer.precision import FixedPoint
-    from exactformer.verify.ema import exact_match_attention
+    from exactformer.verify.attention.ema import exact_match_attention
 
     cuda = args.device == "cuda"
     sync = torch.cuda.synchronize if cuda else None
@@ -129,7 +129,7 @@ def bench_dense(args) -> None:
     import torch
 
     from exactformer.precision import FixedPoint
-    from exactformer.verify.ema import exact_match_attention, lowered_head_vectors
+    from exactformer.verify.attention.ema import exact_match_attention, lowered_head_vectors
 
     dev = torch.device(args.device)
     sync = torch.cuda.synchronize if args.device == "cuda" else None
@@ -165,7 +165,7 @@ def bench_dense(args) -> None:
 
 
 def bench_anna(args) -> None:
-    from exactformer.verify.anna import BitSampling, LSHAttention, planted_data, thm34
+    from exactformer.verify.attention.anna import BitSampling, LSHAttention, planted_data, thm34
 
     dim, flips, c = 64, 2, 3
     p1, p2 = 1 - flips / dim, 1 - c * c * flips / dim
@@ -196,7 +196,7 @@ def bench_anna(args) -> None:
 
 
 def bench_fail(args) -> None:
-    from exactformer.verify.anna import BitSampling, LSHAttention, check_conditions, planted_data, thm34
+    from exactformer.verify.attention.anna import BitSampling, LSHAttention, check_conditions, planted_data, thm34
 
     n, dim, flips, c = 1024, 128, 4, 3
     pd = planted_data(n, n, dim, flips, seed=args.seed)

@@ -22,9 +22,9 @@ import numpy as np
 import torch
 
 import exactformer as xf
-from exactformer.constructions.export_float import ArithmeticWarning
-from exactformer.verify.executor import decode_logits
-from exactformer.verify.torch_run import run_torch
+from exactformer.constructions.export.floats import ArithmeticWarning
+from exactformer.verify.executor.exact import decode_logits
+from exactformer.verify.executor.torch_run import run_torch
 
 CONSTRUCTIONS = ("index-lookup", "equality", "inequality", "disjointness", "dnf", "cnf", "threshold",
                  "nearest-neighbor", "mqar", "match2")

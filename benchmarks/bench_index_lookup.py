@@ -16,10 +16,10 @@ import os
 import platform
 import time
 
-from exactformer.constructions.index_lookup import IndexLookupTask, index_lookup
-from exactformer.constructions.position_codes import position_codes
+from exactformer.constructions.theorems.index_lookup import IndexLookupTask, index_lookup
+from exactformer.constructions.codes.positions import position_codes
 from exactformer.precision import parse_format
-from exactformer.verify.certify import certify
+from exactformer.verify.certify.composed import certify
 from exactformer.verify.verifier import counterexample_runner, verify
 
 

@@ -30,9 +30,9 @@ import time
 import numpy as np
 from bench_index_lookup import _machine  # benchmarks/ is on sys.path when run as a script
 
-from exactformer.constructions import registry
-from exactformer.verify import ema_program, mpc
-from exactformer.verify.mpc_check import build
+from exactformer.constructions.core import registry
+from exactformer.verify.mpc import program_run as ema_program, protocol_run as mpc
+from exactformer.verify.mpc.check import build
 from exactformer.verify.verifier import verify
 
 

@@ -8,7 +8,7 @@ Usage:
 
 Prints one JSON object per case (seconds for each stage, the model's constants and the verdict);
 ``--case table`` prints markdown. The table derives every constant exactly as the builder does
-(:func:`~exactformer.constructions.nearest_neighbor.design`), without building the weights.
+(:func:`~exactformer.constructions.theorems.nearest_neighbor.design`), without building the weights.
 """
 
 from __future__ import annotations
@@ -21,11 +21,11 @@ from fractions import Fraction
 
 from bench_index_lookup import _machine  # this folder is on sys.path when a script here runs
 
-from exactformer.constructions.mqar import MQARTask, hypercube_dim, lean_design, mqar
-from exactformer.constructions.nearest_neighbor import NearestNeighborTask, design, nearest_neighbor, paper_constants
+from exactformer.constructions.theorems.mqar import MQARTask, hypercube_dim, lean_design, mqar
+from exactformer.constructions.theorems.nearest_neighbor import NearestNeighborTask, design, nearest_neighbor, paper_constants
 from exactformer.precision import parse_format
-from exactformer.verify.certify import certify
-from exactformer.verify.lower_bounds import rnn_mqar_last, rnn_nearest_neighbor
+from exactformer.verify.certify.composed import certify
+from exactformer.verify.bounds.lower_bounds import rnn_mqar_last, rnn_nearest_neighbor
 from exactformer.verify.verifier import counterexample_runner, verify
 
 

@@ -31,7 +31,7 @@ from pathlib import Path
 
 def _import_package() -> None:
     try:
-        import exactformer.constructions.position_codes  # noqa: F401
+        import exactformer.constructions.codes.positions  # noqa: F401
 
         return
     except ImportError:
@@ -49,7 +49,7 @@ _import_package()
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-from exactformer.constructions.position_codes import (  # noqa: E402
+from exactformer.constructions.codes.positions import (  # noqa: E402
     OneHotCode,
     RandomSignCode,
     ReedSolomonCode,
@@ -92,7 +92,7 @@ def machine() -> dict:
 
 
 def bench_cpu(args) -> None:
-    from exactformer.constructions.position_codes_certify import gram_absmax_cpu
+    from exactformer.constructions.codes.gram import gram_absmax_cpu
 
     n = args.n or (1 << 16)
     rs = position_codes(n, Fraction(1, 4), family="reed-solomon")
@@ -136,7 +136,7 @@ def _device_matrix(code, dev) -> torch.Tensor:
 
 
 def _time_kernel(Xp, repeat, **cfg):
-    from exactformer.constructions.position_codes_cuda import gram_absmax_cuda
+    from exactformer.constructions.codes.gram_cuda import gram_absmax_cuda
 
     gram_absmax_cuda(Xp[: min(Xp.shape[0], 4096)], prepared=True, **cfg)  # compile / warm up
     torch.cuda.synchronize()
@@ -151,7 +151,7 @@ def _time_kernel(Xp, repeat, **cfg):
 
 
 def bench_cuda(args) -> None:
-    from exactformer.constructions.position_codes_cuda import HAVE_TRITON, prepare
+    from exactformer.constructions.codes.gram_cuda import HAVE_TRITON, prepare
 
     dev = torch.device("cuda")
     record(bench="env", **machine(), have_triton=HAVE_TRITON)
@@ -165,7 +165,7 @@ def bench_cuda(args) -> None:
         except Exception as e:  # record and go on to the timings
             record(bench="cuda_vs_cpu", family=code.family, n=code.n, k=code.k, error=repr(e)[:400], ok=False)
             continue
-        from exactformer.constructions.position_codes_cuda import gram_absmax_cuda
+        from exactformer.constructions.codes.gram_cuda import gram_absmax_cuda
 
         fb, fpair, _ = gram_absmax_cuda(_device_matrix(code, dev), backend="torch")
         ok = a.max_inner == b.max_inner == Fraction(fb) * code.gram_scale and abs(code.inner(*b.pair)) == a.max_inner

@@ -7,7 +7,7 @@ Usage:
 
 KIND is a registered construction: equality, inequality, disjointness, dnf, cnf, threshold. Every
 number is computed here: models from the registered builders (default settings unless a column
-says otherwise), proofs from the composed certificate (verify/certify.py).
+says otherwise), proofs from the composed certificate (verify/certify/composed.py).
 """
 
 from __future__ import annotations
@@ -19,10 +19,10 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Callable
 
-from exactformer.constructions import registry
-from exactformer.constructions.ir import CompiledModel
+from exactformer.constructions.core import registry
+from exactformer.constructions.core.ir import CompiledModel
 from exactformer.precision import FixedPoint, Format, parse_format
-from exactformer.verify.certify import CertificateResult, certify
+from exactformer.verify.certify.composed import CertificateResult, certify
 
 KINDS = ("equality", "inequality", "disjointness", "dnf", "cnf", "threshold")
 SCAN_LIMIT = 256  # grid etas below the builder's scanned one by one (else bisection)

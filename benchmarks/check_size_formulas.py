@@ -12,7 +12,7 @@ import argparse
 import sys
 import time
 
-from exactformer.verify import sizes as sz
+from exactformer.verify.bounds import sizes as sz
 
 
 def main() -> int:

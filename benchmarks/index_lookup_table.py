@@ -15,7 +15,7 @@ from pathlib import Path
 
 from boolean_tables import write_block  # a sibling script of benchmarks/
 
-from exactformer.constructions.index_lookup import index_lookup
+from exactformer.constructions.theorems.index_lookup import index_lookup
 
 
 def table(alphabet: int, lo: int, hi: int) -> str:

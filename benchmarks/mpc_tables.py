@@ -13,8 +13,8 @@ import argparse
 import re
 from pathlib import Path
 
-from exactformer.constructions.mpc_compile import resources
-from exactformer.constructions.mpc_library import k_hop
+from exactformer.constructions.mpc.compile import resources
+from exactformer.constructions.mpc.library import k_hop
 
 NS = [8, 10, 12, 14, 16, 18, 20, 22, 24]
 KS = [1, 2, 4, 16, 64, 256, 1024]

@@ -1,33 +1,56 @@
 """exactformer: a compiler for proven transformer constructions.
 
-The package is split into three subpackages whose imports point down only::
+The package is split into subpackages whose imports point down only::
 
-    exactformer.verify        executor, certificates, verifier, CLI
-        -> exactformer.constructions   tasks, position codes, model IR, blocks, builders
-            -> exactformer.precision   exact number formats and integer arithmetic
+    exactformer.cli                     the command line, built on the API
+    exactformer (api)                   xf.build, xf.verify, xf.save, xf.load, Model
+        -> exactformer.verify           executors, certificates, the verifier, sizes and bounds
+            -> exactformer.constructions   model IR, codes, blocks, one module per theorem, MPC, exports
+                -> exactformer.precision   exact number formats and integer arithmetic
 
 The public API (``import exactformer as xf``) is :mod:`exactformer.api`: ``xf.build``,
 ``xf.verify``, ``xf.save``, ``xf.load``, ``xf.constructions``, ``model(inputs)``, and a builder
 per construction (``xf.index_lookup``, ``xf.equality`` ...); ``xf.BuildError`` and
-``xf.VerifyError`` are the ValueErrors of bad arguments.
+``xf.VerifyError`` are the ValueErrors of bad arguments. Its names are imported when first used,
+so that ``import exactformer`` (and the command line's start) stays fast.
+
+``xf.verify`` and ``xf.constructions`` name both the subpackages of the design card and two
+verbs of the API: the subpackages are callable -- ``xf.verify(model, ...)`` is
+:func:`exactformer.verify.verifier.verify` and ``xf.constructions()`` lists the registry (see their
+``__init__``) -- so ``import exactformer.verify.x as y`` and the calls both work.
 """
 
-from exactformer.api import BuildError, Model, VerifyError, build, builder, constructions, load, save
-from exactformer.precision import FixedPoint, Float32, Float64, parse_format
+from __future__ import annotations
+
+import importlib
+from typing import Any
 
 __version__ = "0.2.0"  # the same as pyproject.toml
 
-__all__ = ["Model", "build", "builder", "constructions", "load", "save", "verify", "BuildError", "VerifyError",
-           "FixedPoint", "Float32", "Float64", "parse_format"]
+_FROM = {**{name: "exactformer.api" for name in ("Model", "build", "builder", "load", "save", "BuildError",
+                                                   "VerifyError")},
+         **{name: "exactformer.precision" for name in ("FixedPoint", "Float32", "Float64", "parse_format")}}
 
-# ``xf.verify`` is the subpackage exactformer.verify, which is callable: xf.verify(model, mode="certify")
+__all__ = [*_FROM, "constructions", "verify"]
 
 
-def __getattr__(name: str):
-    """``xf.index_lookup``, ``xf.k_dnf`` ...: the builder of the construction of that name."""
-    from exactformer.constructions import registry
+def __getattr__(name: str) -> Any:
+    """The API's names (imported on first use), and ``xf.index_lookup``, ``xf.k_dnf`` ...: the
+    builder of the construction of that name."""
+    if name in ("constructions", "verify"):  # the callable subpackages (module docstring)
+        return importlib.import_module(f"exactformer.{name}")
+    if name in _FROM:
+        value = getattr(importlib.import_module(_FROM[name]), name)
+        globals()[name] = value
+        return value
+    from exactformer.api import builder
+    from exactformer.constructions.core import registry
 
     for cname in registry.names():
         if registry.get(cname).builder.__name__ == name or cname.replace("-", "_") == name:
             return builder(cname)
     raise AttributeError(f"module 'exactformer' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_FROM])

@@ -9,7 +9,7 @@
     h = xf.build("k-hop", n=64, k=3); h(tokens); xf.verify(h, mode="sample")  # an EMA program (MPCModel)
     xf.save(m, "dir"); xf.load("dir"); xf.FixedPoint.binary(4, 5); xf.constructions()
 
-:class:`Model` wraps the exact model (:class:`~exactformer.constructions.ir.CompiledModel`,
+:class:`Model` wraps the exact model (:class:`~exactformer.constructions.core.ir.CompiledModel`,
 ``m.compiled``) with its task; it lives here, above the three subpackages, because running a model
 needs the executor (verify) and its task (constructions).
 """
@@ -21,16 +21,16 @@ from typing import Any
 
 import numpy as np
 
-from exactformer.constructions import registry
-from exactformer.constructions.export import load as _load
-from exactformer.constructions.export import save as _save
-from exactformer.constructions.ir import CompiledModel
+from exactformer.constructions.core import registry
+from exactformer.constructions.export.files import load as _load
+from exactformer.constructions.export.files import save as _save
+from exactformer.constructions.core.ir import CompiledModel
 from exactformer.precision import Format, parse_format
-from exactformer.verify.arguments import BuildError
-from exactformer.verify.arguments import build as _build
-from exactformer.verify.executor import RunResult, run
-from exactformer.verify.forward import Cache, forward_with_cache
-from exactformer.verify.mpc_check import MPCModel
+from exactformer.arguments import BuildError
+from exactformer.arguments import build as _build
+from exactformer.verify.executor.exact import RunResult, run
+from exactformer.verify.executor.forward import Cache, forward_with_cache
+from exactformer.verify.mpc.check import MPCModel
 from exactformer.verify.verifier import Report, VerifyError, certified_arithmetics, check_model
 from exactformer.verify.verifier import verify as _verify
 
@@ -92,32 +92,32 @@ class Model:
 
     # ---- verification, files, other frameworks -------------------------------------------------------------
     def verify(self, mode: str | None = None, **kwargs: Any) -> Report:
-        """:func:`exactformer.verify.verifier.verify` of this model (no ``mode``: its strongest)."""
-        return _verify(self.compiled, mode=mode, **kwargs)
+        """``xf.verify`` of this model (:func:`exactformer.verify.verifier.verify`; no ``mode``: its strongest)."""
+        return _verify(self, mode=mode, **kwargs)
 
     def save(self, out_dir: str | Path, **kwargs: Any) -> Path:
         return save(self, out_dir, **kwargs)
 
     def to_torch(self, dtype: Any = None, device: Any = None):
-        from exactformer.constructions.export_torch import to_torch  # torch is imported here, when used
+        from exactformer.constructions.export.torch_module import to_torch  # torch is imported here, when used
 
         return to_torch(self.compiled, dtype=dtype, device=device)
 
     def to_transformer_lens(self, dtype: Any = None, device: Any = None):
-        from exactformer.constructions.export_lens import to_transformer_lens
+        from exactformer.constructions.export.lens import to_transformer_lens
 
         return to_transformer_lens(self.compiled, dtype=dtype, device=device)
 
 
 def _model(built: Any) -> Model | MPCModel:
     """What a builder returned, ready to run: a weight model (:class:`Model`) or an EMA program
-    (:class:`~exactformer.verify.mpc_check.MPCModel`)."""
+    (:class:`~exactformer.verify.mpc.check.MPCModel`)."""
     return Model(built) if isinstance(built, CompiledModel) else MPCModel(built)
 
 
 def build(name: str, **kwargs: Any) -> Model | MPCModel:
     """Build construction ``name`` (see :func:`constructions`) with its builder's keyword arguments
-    (:func:`exactformer.verify.arguments.build`: an argument it does not take is a
+    (:func:`exactformer.arguments.build`: an argument it does not take is a
     :class:`BuildError`; a list such as ``features`` may be a JSON file's name, a ``precision`` a
     format name, as on the command line)."""
     return _model(_build(name, (), kwargs))
@@ -129,7 +129,7 @@ def load(path: str | Path) -> Model:
 
 
 def save(model: Model | CompiledModel, out_dir: str | Path, certify: bool = True, **kwargs: Any) -> Path:
-    """Write ``model`` to ``out_dir`` (see :func:`exactformer.constructions.export.save` for
+    """Write ``model`` to ``out_dir`` (see :func:`exactformer.constructions.export.files.save` for
     ``dense`` / ``materialize_limit``). ``certify`` (default True) certifies it in its fixed-point
     format, float64 and float32 first and records the outcome as the manifest's
     ``certified_arithmetics``; False records nothing."""
@@ -141,11 +141,6 @@ def save(model: Model | CompiledModel, out_dir: str | Path, certify: bool = True
     if certify and "certified_arithmetics" not in kwargs:
         kwargs["certified_arithmetics"] = certified_arithmetics(compiled)
     return _save(compiled, out_dir, **kwargs)
-
-
-def constructions() -> dict[str, str]:
-    """Every registered construction: name -> theorem."""
-    return {name: registry.get(name).theorem for name in registry.names()}
 
 
 def builder(name: str):

@@ -24,8 +24,8 @@ from typing import Any
 
 import numpy as np
 
-from exactformer.constructions.ir import CodeBlock, CompiledModel, Embedding, ExactTensor
-from exactformer.constructions.position_codes import CodeView
+from exactformer.constructions.core.ir import CodeBlock, CompiledModel, Embedding, ExactTensor
+from exactformer.constructions.codes.positions import CodeView
 
 KINDS = ("bias_column", "dead_value", "dup_code", "swap_code", "zero_head", "perturb", "unread_bias", "extra_read")
 

@@ -7,8 +7,8 @@ import dataclasses
 
 import numpy as np
 
-from exactformer.constructions.ir import CodeBlock
-from exactformer.constructions.position_codes import CodeView
+from exactformer.constructions.core.ir import CodeBlock
+from exactformer.constructions.codes.positions import CodeView
 
 
 def shift_keys(model, by: int = 1):

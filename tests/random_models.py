@@ -9,8 +9,8 @@ from fractions import Fraction
 
 import numpy as np
 
-from exactformer.constructions.ir import MLP, Attention, Block, CodeBlock, CompiledModel, Embedding, ExactTensor
-from exactformer.constructions.position_codes import position_codes
+from exactformer.constructions.core.ir import MLP, Attention, TransformerBlock, CodeBlock, CompiledModel, Embedding, ExactTensor
+from exactformer.constructions.codes.positions import position_codes
 
 
 def _rand(rng, shape, den: int, mag: int, density: float) -> ExactTensor:
@@ -66,7 +66,7 @@ def random_model(seed: int, n_layers: int = 2, vocab: int = 5, T: int = 6, n_ans
                          causal=bool(rng.random() < 0.5) if causal is None else causal)
         mlp = MLP(proj(0, (d, dm)), _rand(rng, (dm,), 4, 4, 0.5), _rand(rng, (dm, d), 4, 4, 0.5),
                   _rand(rng, (d,), 4, 4, 0.3))
-        blocks.append(Block(attn, mlp))
+        blocks.append(TransformerBlock(attn, mlp))
     W_U = _rand(rng, (d, 3), 4, 4, 0.7)
     answers = tuple(sorted(rng.choice(T, size=n_answers, replace=False).tolist())) if n_answers > 1 else None
     return CompiledModel(construction="random", theorem="", n=T, embed=embed, pos_embed=pos_embed,

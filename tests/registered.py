@@ -1,23 +1,20 @@
-"""Small default builds of every registered construction, for the state tests (one place)."""
+"""Small default builds of every registered construction, for the state tests (one place: each
+construction's registered ``example``)."""
 
 from __future__ import annotations
 
 from typing import Any
 
 import exactformer as xf
-from exactformer.constructions import registry
-
-#: builder keywords of a small build where the builder's defaults with n = 8 do not fit
-SMALL: dict[str, dict[str, Any]] = {"index-lookup": dict(n=16, alphabet=4), "nearest-neighbor": dict(n=8),
-                                    "mqar": dict(n=8), "match2": dict(n=8)}
+from exactformer.constructions.core import registry
 
 
 def small_kwargs(name: str) -> dict[str, Any]:
-    return SMALL.get(name, dict(n=8))
+    return dict(registry.get(name).example)
 
 
 def small_build(name: str) -> Any:
-    """``xf.build(name, ...)`` at a small n with the builder's defaults otherwise."""
+    """``xf.build(name, ...)`` with the construction's registered example arguments."""
     return xf.build(name, **small_kwargs(name))
 
 

@@ -1,4 +1,4 @@
-"""ANNA by LSH (verify/anna.py): Alg. 1 against its definition w_ij = n_ij / sum n_ij', the LSH
+"""ANNA by LSH (verify/attention/anna.py): Alg. 1 against its definition w_ij = n_ij / sum n_ij', the LSH
 families' collision probabilities, Thm 3.4's reconstruction and the Def. 3.3 condition checker."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from exactformer.verify.anna import (
+from exactformer.verify.attention.anna import (
     ANNAError,
     BitSampling,
     CrossPolytope,
@@ -81,7 +81,7 @@ def test_chunked_tables_equal_one_chunk(monkeypatch):
     lsh = LSHAttention(RandomHyperplane(), 24, tables=9, hashes=4, seed=2)
     pd = planted_data(50, 70, 24, 2, sphere=True, seed=4)
     whole = lsh(pd.queries, pd.keys, V)
-    import exactformer.verify.anna as anna_mod
+    import exactformer.verify.attention.anna as anna_mod
 
     monkeypatch.setattr(anna_mod, "CHUNK_ENTRIES", 1)  # one table per chunk
     assert len(lsh.table_chunks(120)) == 9

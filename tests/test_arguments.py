@@ -12,8 +12,8 @@ import pytest
 from typer.testing import CliRunner
 
 import exactformer as xf
-from exactformer.constructions.task import count_log2, format_count
-from exactformer.verify.cli import app
+from exactformer.constructions.core.task import count_log2, format_count
+from exactformer.cli.main import app
 from exactformer.verify.verifier import VerifyError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -182,8 +182,8 @@ def test_exhaustive_refusal_from_the_api():
 
 def test_verify_all_exhaustive_refusal_is_one_short_line():
     message = cli_error("verify", "all", "--n", "4096", "--mode", "exhaustive")  # 1,371 characters before
-    assert message == ("--mode: exhaustive: equality at N = 4096 has 2^4096 inputs, above the limit of 2^22; "
-                       "use certify | sample")
+    assert message == ("--mode: exhaustive: index-lookup at N = 4096 has 64^4096*4096 inputs, above the limit of "
+                       "2^22; use certify | sample")
 
 
 def test_reports_carry_the_count_short(il):

@@ -19,15 +19,16 @@ import numpy as np
 import pytest
 
 import exactformer as xf
-from exactformer.constructions import registry
-from exactformer.constructions.assemble import Layout, ModelBuilder
+from exactformer.constructions.core import registry
+from exactformer.constructions.core.registry import Claim, SizeRows
+from exactformer.constructions.core.builder import Layout, ModelBuilder
 from exactformer.constructions.blocks import BitThreshold, RetrieveByPosition, SymbolReadout
-from exactformer.constructions.index_lookup import IndexLookupTask, retrieval_holds
-from exactformer.constructions.ir import ExactTensor
-from exactformer.constructions.precision_search import fewest_bits, smallest_grid_eta
-from exactformer.constructions.position_codes import position_codes
-from exactformer.constructions.spec import Select
-from exactformer.constructions.task import Domains
+from exactformer.constructions.theorems.index_lookup import IndexLookupTask, retrieval_holds
+from exactformer.constructions.core.ir import ExactTensor
+from exactformer.constructions.design.precision_search import fewest_bits, smallest_grid_eta
+from exactformer.constructions.codes.positions import position_codes
+from exactformer.constructions.core.spec import Select
+from exactformer.constructions.core.task import Domains
 from exactformer.constructions.blocks.mlp import mlp_image
 from exactformer.precision import FixedPoint
 from exactformer.precision.boxes import Box, FixedArithmetic
@@ -204,9 +205,16 @@ def index_first(n: int, alphabet: int = 4, eta: Fraction | None = None):
                     answer_positions=(0,))
 
 
+#: the decorator docs/architecture.md writes above ``index_first`` (evaluated by the fixture below)
+DECORATOR = """@construction("test-index-first", task=IndexFirstTask(), theorem="Thm 1, index first",
+              claim=Claim("P1 Thm 1 (App. C.2), index first", "1", "1", "O(log N)", "O(log N)", "O((log N)^3)"),
+              sizes=SizeRows("index-lookup", (("alphabet", 4),), max_n=1 << 12))"""
+
+
 @pytest.fixture
 def registered():
-    registry.construction("test-index-first", task=IndexFirstTask(), theorem="Thm 1, index first")(index_first)
+    names = {"construction": registry.construction, "IndexFirstTask": IndexFirstTask, "Claim": Claim, "SizeRows": SizeRows}
+    eval(DECORATOR.removeprefix("@"), names)(index_first)
     yield
     registry._REGISTRY.pop("test-index-first")
 
@@ -231,4 +239,5 @@ def test_the_architecture_doc_shows_this_file():
     doc = (Path(__file__).parents[1] / "docs" / "architecture.md").read_text()
     for obj in (IndexFirstTask, index_first):
         src = inspect.getsource(obj)
-        assert src.strip() in doc.replace('@construction("test-index-first", task=IndexFirstTask(), theorem="Thm 1, index first")\n', ""), obj.__name__
+        assert src.strip() in doc.replace(DECORATOR + "\n", ""), obj.__name__
+    assert DECORATOR + "\ndef index_first(" in doc

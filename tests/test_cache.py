@@ -8,7 +8,7 @@ from collections.abc import Mapping
 import numpy as np
 
 import exactformer as xf
-from exactformer.constructions.ir import ExactTensor
+from exactformer.constructions.core.ir import ExactTensor
 
 
 def test_cache_is_a_mapping_of_hook_names():

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from adversarial import KINDS, mutants
-from exactformer.constructions import registry
+from exactformer.constructions.core import registry
 from exactformer.precision import parse_format
 from exactformer.verify.verifier import verify
 
@@ -87,7 +87,7 @@ def test_reported_crashes_now_answer():
     """Issue 8 item 3: the certificate answers (pass, counterexample or unproven), never raises."""
     import dataclasses
 
-    from exactformer.constructions.ir import ExactTensor
+    from exactformer.constructions.core.ir import ExactTensor
 
     m = registry.get("inequality").builder(n=2, positions="onehot", precision="binary:int=3,frac=4", eta=Fraction(3, 16))
     r = verify(m, "certify")
@@ -104,7 +104,7 @@ def test_reported_crashes_now_answer():
 def test_counterexample_search_out_of_memory_is_an_answer():
     """A search whose inputs are too large to run (MemoryError) ends as "not proven", with the
     reason, never a traceback (found by certifying threshold N = 2^16 in float32)."""
-    from exactformer.verify.certify import certify
+    from exactformer.verify.certify.composed import certify
 
     m = registry.get("index-lookup").builder(n=16, alphabet=4, eta="minimal")
     fmt = parse_format(m.precision)

@@ -17,12 +17,12 @@ from rich.console import Console
 from typer.testing import CliRunner
 
 import exactformer as xf
-from exactformer.constructions import registry
-from exactformer.constructions.index_lookup import IndexLookupTask, index_lookup
-from exactformer.constructions.ir import CompiledModel
-from exactformer.verify.cli import ALL_SAMPLES, app
-from exactformer.verify.cli_options import builder_kwargs, parameter_docs
-from exactformer.verify.cli_output import Steps, cell_text, plain_table
+from exactformer.constructions.core import registry
+from exactformer.constructions.theorems.index_lookup import IndexLookupTask, index_lookup
+from exactformer.constructions.core.ir import CompiledModel
+from exactformer.cli.main import ALL_SAMPLES, app
+from exactformer.cli.options import builder_kwargs, parameter_docs
+from exactformer.cli.output import Steps, cell_text, plain_table
 
 runner = CliRunner()
 
@@ -283,15 +283,19 @@ class _NoCertificate(IndexLookupTask):
     modes = ("exhaustive", "sample")
 
 
+_CLAIM = registry.Claim("a test", "1", "1", "O(1)", "O(1)", "O(1)")
+
+
 def test_a_new_construction_needs_no_cli_edit(monkeypatch):
     """A construction registered outside the package gets its options and its declared modes; verify
     all runs each row in its strongest declared mode: a certificate that does not prove its model is
     a FAIL (never sampled instead), a construction declaring none runs exhaustively where it fits."""
     registry.names()
     monkeypatch.setitem(registry._REGISTRY, "tiny-lookup",
-                        registry.Construction("tiny-lookup", _tiny("tiny-lookup"), _NoCertificate(), "test"))
+                        registry.Construction("tiny-lookup", _tiny("tiny-lookup"), _NoCertificate(), "test", _CLAIM))
     monkeypatch.setitem(registry._REGISTRY, "tiny-uncertified",
-                        registry.Construction("tiny-uncertified", _tiny("tiny-uncertified"), IndexLookupTask(), "test"))
+                        registry.Construction("tiny-uncertified", _tiny("tiny-uncertified"), IndexLookupTask(), "test",
+                                              _CLAIM))
     r = invoke("verify", "tiny-lookup", "--help")
     assert r.exit_code == 0 and "int in [2, 4]" in r.stdout and "--wide / --no-wide" in r.stdout
     r = invoke("verify", "tiny-lookup", "--n", "8", "--wide", "--mode", "sample", "--samples", "5", "--json")
@@ -311,7 +315,7 @@ def test_a_new_construction_needs_no_cli_edit(monkeypatch):
 
 def test_the_command_line_starts_without_torch():
     """`exactformer --help` waited seconds for torch, imported by the positions command's module."""
-    code = "import sys\nfrom exactformer.verify.cli import app\nprint('torch' in sys.modules)"
+    code = "import sys\nfrom exactformer.cli.main import app\nprint('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=True)
     assert out.stdout.strip() == "False"
 

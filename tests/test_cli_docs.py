@@ -1,5 +1,5 @@
 """Help = docs: docs/cli.md's option tables are generated from the command objects that ``--help``
-prints (verify/cli_docs.py), regenerating changes nothing, and every row agrees with ``--help``."""
+prints (exactformer/cli/docs.py), regenerating changes nothing, and every row agrees with ``--help``."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ import re
 import pytest
 from typer.testing import CliRunner
 
-from exactformer.constructions import registry
-from exactformer.verify.cli import app
-from exactformer.verify.cli_docs import BLOCK, DOC, StaleBlocks, update
+from exactformer.constructions.core import registry
+from exactformer.cli.main import app
+from exactformer.cli.docs import BLOCK, DOC, StaleBlocks, update
 
 TEXT = DOC.read_text()
 BLOCKS = {m.group("name"): m.group("body") for m in BLOCK.finditer(TEXT)}
@@ -33,7 +33,7 @@ def _rows(body: str) -> list[tuple[str, str]]:
 
 
 def test_regenerating_changes_nothing():
-    assert update(TEXT) == TEXT, "docs/cli.md is stale: run python -m exactformer.verify.cli_docs"
+    assert update(TEXT) == TEXT, "docs/cli.md is stale: run python -m exactformer.cli.docs"
 
 
 def test_the_generated_blocks_must_all_be_there():

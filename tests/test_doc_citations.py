@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from exactformer.constructions import registry
-from exactformer.verify import lower_bounds as lb
-from exactformer.verify import sizes as sz
+from exactformer.constructions.core import registry
+from exactformer.verify.bounds import lower_bounds as lb
+from exactformer.verify.bounds import sizes as sz
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -54,7 +54,7 @@ def _generated() -> dict[str, str]:
     texts = {f"docs/sizes.md block {k}": v for k, v in sz.doc_blocks(committed, "figures").items()}
     texts["bound registry"] = json.dumps({k: b.describe() for k, b in lb.BOUNDS.items()}, ensure_ascii=False)
     texts["family notes"] = json.dumps({k: f.__dict__ for k, f in lb.FAMILIES.items()}, ensure_ascii=False)
-    texts["claims"] = json.dumps({k: c.to_json() for k, c in lb.CLAIMS.items()}, ensure_ascii=False)
+    texts["claims"] = json.dumps({k: registry.get(k).claim.to_json() for k in registry.names()}, ensure_ascii=False)
     texts["size specs"] = json.dumps({k: sz.spec_json(s) for k, s in sz.SIZE_SPECS.items()}, ensure_ascii=False)
     texts["sizes: not built"] = json.dumps(sz.NOT_BUILT, ensure_ascii=False)
     spec = importlib.util.spec_from_file_location("mpc_tables", ROOT / "benchmarks" / "mpc_tables.py")

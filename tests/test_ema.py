@@ -1,4 +1,4 @@
-"""Exact-Match Attention (verify/ema.py): the sort-based fast path against the dense definition,
+"""Exact-Match Attention (verify/attention/ema.py): the sort-based fast path against the dense definition,
 numpy against torch, fixed point against the App. D softmax of the lowered head (B.6)."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from exactformer.precision import FixedPoint
-from exactformer.verify.ema import (
+from exactformer.verify.attention.ema import (
     EMAError,
     EMAOverflowError,
     ema_dense_reference,
@@ -209,7 +209,7 @@ def test_batch_sizes_and_repeats():
 def test_fresh_process_same_result():
     code = (
         "import hashlib, numpy as np\n"
-        "from exactformer.verify.ema import exact_match_attention\n"
+        "from exactformer.verify.attention.ema import exact_match_attention\n"
         "rng = np.random.default_rng(11)\n"
         "q = rng.integers(0, 50, (3, 500, 2)); k = rng.integers(0, 50, (3, 600, 2)); v = rng.integers(-9, 9, (3, 600, 5))\n"
         "r = exact_match_attention(q, k, v)\n"
@@ -475,7 +475,7 @@ def test_cuda_matches_numpy():
 
 
 # ------------------------------------------------------------------------------------------------
-# the `attention` CLI (registered on a throwaway app; verify/cli.py registers it for real)
+# the `attention` CLI (registered on a throwaway app; exactformer/cli/main.py registers it for real)
 # ------------------------------------------------------------------------------------------------
 
 
@@ -483,7 +483,7 @@ def test_cuda_matches_numpy():
 def cli_app():
     import typer
 
-    from exactformer.verify.cli_attention import attention
+    from exactformer.cli.attention import attention
 
     app = typer.Typer()
     app.command("attention")(attention)
@@ -540,7 +540,7 @@ def test_cli_reports_failed_checks(cli_app):
 
 def test_cli_check_rejects_a_broken_layer(cli_app, monkeypatch):
     """A mutant EMA that drops the last key of every batch row is caught by the reference check."""
-    import exactformer.verify.cli_attention as cli_mod
+    import exactformer.cli.attention as cli_mod
 
     def broken(q, k, v, **kw):
         km = np.ones(k.shape[:2], bool)

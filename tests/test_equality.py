@@ -9,16 +9,16 @@ import numpy as np
 import pytest
 
 import exactformer as xf
-from exactformer.constructions import code_products
-from exactformer.constructions import registry
+from exactformer.constructions.codes import products as code_products
+from exactformer.constructions.core import registry
 from exactformer.constructions.blocks import RetrieveByPosition, ThresholdReadout, UniformAverage, XorMLP
-from exactformer.constructions.equality import EqualityError, equality, inequality
-from exactformer.constructions.ir import ExactTensor
-from exactformer.constructions.position_codes import position_codes
+from exactformer.constructions.theorems.equality import EqualityError, equality, inequality
+from exactformer.constructions.core.ir import ExactTensor
+from exactformer.constructions.codes.positions import position_codes
 from exactformer.precision import FixedPoint, parse_format
 from exactformer.precision.boxes import FixedArithmetic
-from exactformer.verify.certify import certify
-from exactformer.verify.executor import run
+from exactformer.verify.certify.composed import certify
+from exactformer.verify.executor.exact import run
 from exactformer.verify.verifier import verify
 from mutants import shift_keys
 
@@ -351,7 +351,7 @@ def test_paper_grid_wider_than_int64_certifies():
 
 
 def test_unique_rows_of_object_arrays_match_numpy():
-    from exactformer.constructions.views import unique_rows
+    from exactformer.constructions.core.views import unique_rows
 
     def _unique_rows(a):
         return unique_rows(a)[0]

@@ -19,14 +19,14 @@ import sys
 import numpy as np
 import pytest
 
-import exactformer.verify.executor as executor
-from exactformer.constructions.equality import equality, inequality
-from exactformer.constructions.index_lookup import index_lookup
-from exactformer.constructions.ir import ExactTensor
-from exactformer.constructions.registry import task_of
-from exactformer.constructions.thresholds import disjointness, k_cnf
+import exactformer.verify.executor.exact as executor
+from exactformer.constructions.theorems.equality import equality, inequality
+from exactformer.constructions.theorems.index_lookup import index_lookup
+from exactformer.constructions.core.ir import ExactTensor
+from exactformer.constructions.core.registry import task_of
+from exactformer.constructions.theorems.thresholds import disjointness, k_cnf
 from exactformer.precision import FixedPoint, parse_format
-from exactformer.verify.forward import forward_reference
+from exactformer.verify.executor.forward import forward_reference
 from random_models import random_model
 from registered import small_build, weight_constructions
 
@@ -135,7 +135,7 @@ def test_every_construction_gives_the_same_logits_in_a_fresh_process():
         "sys.path.insert(0, sys.argv[2])\n"
         "from test_executor import _registered_inputs\n"
         "from exactformer.precision import parse_format\n"
-        "from exactformer.verify.executor import run\n"
+        "from exactformer.verify.executor.exact import run\n"
         "out = {}\n"
         "for name in json.loads(sys.argv[1]):\n"
         "    m, batches = _registered_inputs(name)\n"
@@ -154,9 +154,9 @@ def test_fresh_process_gives_the_same_logits(tmp_path):
     here = executor.run(model, tokens, fmt).logits
     code = (
         "import json, sys, numpy as np\n"
-        "from exactformer.constructions.index_lookup import index_lookup\n"
+        "from exactformer.constructions.theorems.index_lookup import index_lookup\n"
         "from exactformer.precision import parse_format\n"
-        "from exactformer.verify.executor import run\n"
+        "from exactformer.verify.executor.exact import run\n"
         "m = index_lookup(16, 4, positions='reed-solomon')\n"
         "t = np.array(json.loads(sys.argv[1]))\n"
         "print(json.dumps(run(m, t, parse_format(m.precision)).logits.tolist()))\n"

@@ -13,7 +13,7 @@ import pytest
 import torch
 from safetensors.numpy import load_file
 
-from exactformer.constructions.export import (
+from exactformer.constructions.export.files import (
     EXACT_FILE,
     MANIFEST_FILE,
     WEIGHTS_FILE,
@@ -23,10 +23,10 @@ from exactformer.constructions.export import (
     to_torch,
     to_transformer_lens,
 )
-from exactformer.constructions.index_lookup import IndexLookupTask, index_lookup
-from exactformer.constructions.ir import MLP, Attention, Block, ExactTensor, check_shapes
+from exactformer.constructions.theorems.index_lookup import IndexLookupTask, index_lookup
+from exactformer.constructions.core.ir import MLP, Attention, TransformerBlock, ExactTensor, check_shapes
 from exactformer.precision import Float64, parse_format
-from exactformer.verify.executor import run
+from exactformer.verify.executor.exact import run
 
 N, S = 16, 4
 
@@ -175,7 +175,7 @@ def _reseal(out: Path) -> None:
     from safetensors import safe_open
     from safetensors.numpy import save_file
 
-    from exactformer.constructions.export_manifest import DIGESTS_KEY, field_digests, sha256_file
+    from exactformer.constructions.export.manifest import DIGESTS_KEY, field_digests, sha256_file
 
     man = json.loads((out / MANIFEST_FILE).read_text())
     epath = out / EXACT_FILE
@@ -191,7 +191,7 @@ def test_materialised_rows_checked(model, tmp_path: Path):
     up every sha256 and digest."""
     from safetensors.numpy import save_file
 
-    from exactformer.constructions.export_manifest import sha256_file
+    from exactformer.constructions.export.manifest import sha256_file
 
     out = save(model, tmp_path / "m")
     sd = load_file(str(out / WEIGHTS_FILE))
@@ -212,7 +212,7 @@ def test_resealed_weight_checked_against_exact(model, tmp_path: Path):
     """A float weight that is not the rounding of its exact value is refused after a full reseal."""
     from safetensors.numpy import save_file
 
-    from exactformer.constructions.export_manifest import sha256_file
+    from exactformer.constructions.export.manifest import sha256_file
 
     out = save(model, tmp_path / "m")
     sd = load_file(str(out / WEIGHTS_FILE))
@@ -252,8 +252,8 @@ def _with_extra_layer(model, causal: bool):
     d = model.d_model
     z = lambda *s: ExactTensor(np.zeros(s, np.int64))  # noqa: E731
     attn = Attention(z(2, d, 3), z(2, d, 3), z(2, d, 3), z(2, 3, d), z(2, 3), z(2, 3), z(2, 3), z(d), causal=causal)
-    blocks = [Block(dataclasses.replace(b.attn, causal=causal), b.mlp) for b in model.blocks]
-    blocks.append(Block(attn, MLP(z(d, 5), z(5), z(5, d), z(d))))
+    blocks = [TransformerBlock(dataclasses.replace(b.attn, causal=causal), b.mlp) for b in model.blocks]
+    blocks.append(TransformerBlock(attn, MLP(z(d, 5), z(5), z(5, d), z(d))))
     m = dataclasses.replace(model, blocks=blocks)
     m.code = model.code
     check_shapes(m)

@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from exactformer.constructions.export import EXACT_FILE, MANIFEST_FILE, WEIGHTS_FILE, ManifestError, load, save
-from exactformer.constructions.export_manifest import MODEL_FIELDS, WEIGHT_FIELDS, field_name
-from exactformer.constructions.index_lookup import index_lookup
-from exactformer.constructions.ir import CompiledModel
-from exactformer.constructions.thresholds import k_dnf
+from exactformer.constructions.export.files import EXACT_FILE, MANIFEST_FILE, WEIGHTS_FILE, ManifestError, load, save
+from exactformer.constructions.export.manifest import MODEL_FIELDS, WEIGHT_FIELDS, field_name
+from exactformer.constructions.theorems.index_lookup import index_lookup
+from exactformer.constructions.core.ir import CompiledModel
+from exactformer.constructions.theorems.thresholds import k_dnf
 
 
 def _leaves(node, path=()):
@@ -167,7 +167,7 @@ def test_exact_file_without_digests_refused(tmp_path: Path):
     which the digests cannot cover) is refused; so is a wrong size."""
     from safetensors.numpy import load_file, save_file
 
-    from exactformer.constructions.export_manifest import sha256_file
+    from exactformer.constructions.export.manifest import sha256_file
 
     out = save(index_lookup(8, 2), tmp_path / "m", dense=False)
     epath = out / EXACT_FILE

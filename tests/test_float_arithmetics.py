@@ -16,7 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import exactformer as xf
-from exactformer.constructions.export_float import ArithmeticWarning
+from exactformer.constructions.export.floats import ArithmeticWarning
 from exactformer.precision.boxes import Box, FloatArithmetic
 
 F32 = FloatArithmetic("float32")

@@ -8,20 +8,20 @@ import numpy as np
 import pytest
 
 import exactformer as xf
-from exactformer.constructions import registry
+from exactformer.constructions.core import registry
 from exactformer.constructions.blocks import BitThreshold, RetrieveByPosition, SymbolReadout
-from exactformer.constructions.index_lookup import (
+from exactformer.constructions.theorems.index_lookup import (
     IndexLookupError,
     IndexLookupTask,
     index_lookup,
     paper_eta,
     retrieval_holds,
 )
-from exactformer.constructions.ir import ExactTensor
-from exactformer.constructions.position_codes import position_codes
+from exactformer.constructions.core.ir import ExactTensor
+from exactformer.constructions.codes.positions import position_codes
 from exactformer.precision import FixedPoint, Float64, parse_format
-from exactformer.verify.certify import certify
-from exactformer.verify.executor import ExecutorError, run
+from exactformer.verify.certify.composed import certify
+from exactformer.verify.executor.exact import ExecutorError, run
 from exactformer.verify.precision_scan import find_min_precision
 from exactformer.verify.verifier import VerifyError, counterexample_runner, verify
 

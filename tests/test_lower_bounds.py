@@ -1,4 +1,4 @@
-"""Lower bounds of P1/P2 (verify/lower_bounds.py) against values computed by hand from the papers'
+"""Lower bounds of P1/P2 (verify/bounds/lower_bounds.py) against values computed by hand from the papers'
 statements, at two N each (and the spec's Part C sample table, re-derived by hand)."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import re
 import numpy as np
 import pytest
 
-from exactformer.verify import lower_bounds as lb
+from exactformer.verify.bounds import lower_bounds as lb
 
 # (function, args, expected, how it was computed by hand)
 HAND = [
@@ -149,11 +149,20 @@ def test_bits_follow_units():
     assert lb.evaluate(lb.BOUNDS["one-layer-equality"], n, p) == (219, 4 * 219 * 34)  # spec: 219
 
 
-def test_claims_cover_the_built_constructions():
-    from exactformer.constructions import registry
+def test_every_registration_declares_its_claim_and_its_size_rows():
+    """One registration carries the paper's claim and the size rows (or the reason there are none);
+    a registration without them is refused."""
+    from exactformer.constructions.core import registry
+    from exactformer.constructions.core.registry import Claim, RegistryError, construction
 
     for name in registry.names():
-        assert name in lb.CLAIMS, name
+        c = registry.get(name)
+        assert isinstance(c.claim, Claim) and c.claim.source, name
+        assert bool(c.sizes) != (c.no_sizes is not None), name
+    with pytest.raises(RegistryError, match="claim must be a Claim"):
+        construction("x", task=object(), theorem="Thm 0", claim="O(1)", sizes=())
+    with pytest.raises(RegistryError, match="sizes must be SizeRows"):
+        construction("x", task=object(), theorem="Thm 0", claim=Claim("s", "1", "1", "1", "1", "1"), sizes=())
 
 
 # ------------------------------------------------------------------------------------------------
@@ -175,7 +184,7 @@ def test_nearest_neighbor_last_query_reduces_index():
     with any label at the remaining pairs; for every index i the query x_N = v_i is a valid input
     (the task's precondition holds) whose answer is a_i. And the even-weight code's margin is what
     NN_SEPARATED_INPUTS claims."""
-    from exactformer.constructions import registry
+    from exactformer.constructions.core import registry
 
     n = 8
     model = registry.get("nearest-neighbor").builder(n)
@@ -198,7 +207,7 @@ def test_mqar_last_query_reduces_index():
     """lb.rnn_mqar_last's reduction on the built spec: the first half holds Alice's bits as labels;
     Bob's second half is a permutation ending with the symbol of index i, with arbitrary labels;
     the answer at the last query is a_i for every i."""
-    from exactformer.constructions import registry
+    from exactformer.constructions.core import registry
 
     n = 8
     model = registry.get("mqar").builder(n)

@@ -14,22 +14,22 @@ from fractions import Fraction
 import numpy as np
 import pytest
 from exactformer.constructions.blocks.match import MAX_COUNT_CLASSES, MatchHead
-from exactformer.constructions.ir import ExactTensor
-from exactformer.constructions.match2 import (
+from exactformer.constructions.core.ir import ExactTensor
+from exactformer.constructions.theorems.match2 import (
     Match2Error,
     Match2Task,
     code_bits,
     codes,
     match2,
 )
-from exactformer.constructions.mpc_tasks import match2_truth
+from exactformer.constructions.mpc.applications import match2_truth
 from exactformer.precision import FixedPoint, Float64, parse_format
-from exactformer.verify.certify import certify
-from exactformer.verify.ema import exact_match_attention, lowering_conditions
-from exactformer.verify.executor import run
-from exactformer.verify.forward import forward_with_cache
-from exactformer.verify.mpc_check import build as build_program
-from exactformer.verify.mpc_check import check_batches
+from exactformer.verify.certify.composed import certify
+from exactformer.verify.attention.ema import exact_match_attention, lowering_conditions
+from exactformer.verify.executor.exact import run
+from exactformer.verify.executor.forward import forward_with_cache
+from exactformer.verify.mpc.check import build as build_program
+from exactformer.verify.mpc.check import check_batches
 from exactformer.verify.verifier import verify
 
 import exactformer as xf

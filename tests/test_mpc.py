@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from exactformer.constructions.mpc import Protocol, ProtocolError, Publish, Round, Send, Step, Table
-from exactformer.verify.mpc import InputError, MPCError, run, trace
+from exactformer.constructions.mpc.protocol import Protocol, ProtocolError, Publish, Round, Send, Step, Table
+from exactformer.verify.mpc.protocol_run import InputError, MPCError, run, trace
 
 N = 6
 
@@ -98,7 +98,7 @@ def test_exists_absent_query_is_bottom_and_missing_key_is_zero():
 
 
 def test_batches_are_independent_and_runs_repeat():
-    from exactformer.constructions.mpc_library import k_hop
+    from exactformer.constructions.mpc.library import k_hop
 
     p = k_hop(12, 3, 4, 3)
     rng = np.random.default_rng(5)
@@ -281,7 +281,7 @@ def test_malformed_declarations(make, match):
 
 
 def test_is_mpc_only_for_push_only_protocols():
-    from exactformer.constructions.mpc_library import k_hop, prefix_sums, sort
+    from exactformer.constructions.mpc.library import k_hop, prefix_sums, sort
 
     assert prefix_sums(8, 4).is_mpc and sort(20, 4).is_mpc
     assert not k_hop(8, 2, 3).is_mpc

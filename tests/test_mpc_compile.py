@@ -10,13 +10,13 @@ import sys
 import numpy as np
 import pytest
 
-from exactformer.constructions.ema_program import HeadOut
-from exactformer.constructions.mpc_compile import compile_protocol, resources
-from exactformer.constructions.mpc_library import k_hop, prefix_sums, sort
+from exactformer.constructions.mpc.program import HeadOut
+from exactformer.constructions.mpc.compile import compile_protocol, resources
+from exactformer.constructions.mpc.library import k_hop, prefix_sums, sort
 from exactformer.precision import FixedPoint
-from exactformer.verify import ema_program, mpc
-from exactformer.constructions.mpc_tasks import APPLICATIONS, k_hop_truth, restricted_growth_strings
-from exactformer.verify.mpc_check import CheckError, build, check_batches, differential
+from exactformer.verify.mpc import program_run as ema_program, protocol_run as mpc
+from exactformer.constructions.mpc.applications import APPLICATIONS, k_hop_truth, restricted_growth_strings
+from exactformer.verify.mpc.check import CheckError, build, check_batches, differential
 
 
 # ------------------------------------------------------------------------------------------------
@@ -168,7 +168,7 @@ def test_fixed_point_below_the_match_count_is_caught():
 
 def test_only_fixed_point_formats_are_semantics():
     from exactformer.precision import Float64
-    from exactformer.verify.ema import EMAError
+    from exactformer.verify.attention.ema import EMAError
 
     model = build("match2", 4, modulus=5)
     with pytest.raises(EMAError, match="FixedPoint"):
@@ -217,7 +217,7 @@ def test_batches_repeat_and_a_fresh_process_agrees():
     assert model(x) == full
     for size in (1, 2, 7):
         assert sum((model(x[i:i + size]) for i in range(0, 7, size)), []) == full
-    code = ("import numpy as np; from exactformer.verify.mpc_check import build; "
+    code = ("import numpy as np; from exactformer.verify.mpc.check import build; "
             "m = build('k-hop', 24, hops=5, alphabet=3, branching=3); "
             "print(m(np.random.default_rng(3).integers(0, 3, size=(7, 24))))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout

@@ -9,11 +9,11 @@ import json
 
 import numpy as np
 import pytest
-from exactformer.constructions import registry
-from exactformer.constructions.mpc import ProtocolError
-from exactformer.constructions.mpc_tasks import ProgramModel, count_rgs
-from exactformer.verify.cli import app
-from exactformer.verify.mpc_check import MPCModel
+from exactformer.constructions.core import registry
+from exactformer.constructions.mpc.protocol import ProtocolError
+from exactformer.constructions.mpc.applications import ProgramModel, count_rgs
+from exactformer.cli.main import app
+from exactformer.verify.mpc.check import MPCModel
 from exactformer.verify.verifier import VerifyError
 from typer.testing import CliRunner
 
@@ -54,7 +54,7 @@ def test_verify_dispatches_on_the_model_kind():
         xf.verify(h, mode="certify")  # a mode it does not have: a bad argument, not a failed verification
     a, b = xf.verify(h, mode="sample", samples=30, seed=4), xf.verify(h, mode="sample", samples=30, seed=4)
     assert a.passed and a.seed == 4 and a.inputs_covered == b.inputs_covered and "seed 4" in a.reason
-    with pytest.raises(VerifyError, match="too many inputs to count, above the limit of 2\^22"):
+    with pytest.raises(VerifyError, match=r"too many inputs to count, above the limit of 2\^22"):
         xf.verify(xf.build("k-hop", n=4096), mode="exhaustive")  # count_rgs: more than 2^1000
     with pytest.raises(VerifyError, match="device"):
         xf.verify(h, mode="sample", device="cuda")

@@ -9,11 +9,11 @@ import math
 import numpy as np
 import pytest
 
-from exactformer.constructions.mpc import ProtocolError
-from exactformer.constructions.mpc_compile import resources
-from exactformer.constructions.mpc_library import columnsort_shape, induction_heads, k_hop, levels, match2, prefix_sums, sort
-from exactformer.verify.mpc import run
-from exactformer.constructions.mpc_tasks import (
+from exactformer.constructions.mpc.protocol import ProtocolError
+from exactformer.constructions.mpc.compile import resources
+from exactformer.constructions.mpc.library import columnsort_shape, induction_heads, k_hop, levels, match2, prefix_sums, sort
+from exactformer.verify.mpc.protocol_run import run
+from exactformer.constructions.mpc.applications import (
     count_rgs,
     k_hop_truth,
     match2_truth,

@@ -21,13 +21,13 @@ import numpy as np
 import pytest
 
 import exactformer as xf
-from exactformer.constructions import nearest_neighbor_inputs as ni
-from exactformer.constructions.mqar import MQARError, mqar
-from exactformer.constructions.nearest_neighbor import (NearestNeighborError, _grid_up, build, design, nearest_neighbor)
-from exactformer.constructions.position_codes import RandomSignCode, ReedSolomonCode
-from exactformer.constructions.registry import task_of
+from exactformer.constructions.theorems import nearest_neighbor_inputs as ni
+from exactformer.constructions.theorems.mqar import MQARError, mqar
+from exactformer.constructions.theorems.nearest_neighbor import (NearestNeighborError, _grid_up, build, design, nearest_neighbor)
+from exactformer.constructions.codes.positions import RandomSignCode, ReedSolomonCode
+from exactformer.constructions.core.registry import task_of
 from exactformer.precision import FixedPoint, parse_format
-from exactformer.verify.executor import run
+from exactformer.verify.executor.exact import run
 from exactformer.verify.verifier import verify
 
 HALF = Fraction(1, 2)

@@ -15,11 +15,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-import exactformer.verify.executor as executor
-from exactformer.constructions.ir import (MLP, Attention, Block, CompiledModel, Embedding, ExactTensor, Inputs,
+import exactformer.verify.executor.exact as executor
+from exactformer.constructions.core.ir import (MLP, Attention, TransformerBlock, CompiledModel, Embedding, ExactTensor, Inputs,
                                           VectorInput)
 from exactformer.precision import FixedPoint
-from exactformer.verify.forward import forward_reference
+from exactformer.verify.executor.forward import forward_reference
 
 FMT = FixedPoint.binary(int_bits=8, frac_bits=4)
 D, DH, T = 12, 4, 7
@@ -36,9 +36,9 @@ def _rand(rng, shape, rows=None, den=4, mag=8):
 
 
 def vector_model(seed: int, causal: bool, answers: tuple[int, ...]) -> CompiledModel:
-    """Two blocks, one head each. Block 0: query/key dims 0-1 read positional columns only
+    """Two blocks, one head each. Transformerblock 0: query/key dims 0-1 read positional columns only
     (shared), dims 2-3 the vector (and token) columns; values read everything; it writes the work
-    columns. Block 1: query reads the work columns, keys and values only token/positional columns."""
+    columns. block 1: query reads the work columns, keys and values only token/positional columns."""
     rng = np.random.default_rng(seed)
     table = np.zeros((5, D), np.int64)
     table[:, TOK] = rng.integers(-4, 5, (5, 4))
@@ -63,7 +63,7 @@ def vector_model(seed: int, causal: bool, answers: tuple[int, ...]) -> CompiledM
                    ExactTensor(np.pad(rng.integers(-4, 5, (3, 2)), ((0, 0), (10, 0))), 4), z(D))
 
     return CompiledModel("test-vectors", "none", T, Embedding(5, D, ExactTensor(table, 4)), Embedding(T, D, ExactTensor(pos, 4)),
-                         [Block(a0, mlp()), Block(a1, mlp())], _rand(rng, (D, 3)), z(3), [f"t{i}" for i in range(5)],
+                         [TransformerBlock(a0, mlp()), TransformerBlock(a1, mlp())], _rand(rng, (D, 3)), z(3), [f"t{i}" for i in range(5)],
                          [0, 1, 2], answer_positions=answers, vector_input=VectorInput((0, 1), 8, 2))
 
 

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 import torch
 
-from exactformer.constructions import position_codes_gen as gen
-from exactformer.constructions.position_codes import (
+from exactformer.constructions.codes import generators as gen
+from exactformer.constructions.codes.positions import (
     N_MAX,
     OneHotCode,
     PositionCodeError,
@@ -22,7 +22,7 @@ from exactformer.constructions.position_codes import (
     parse_max_inner,
     position_codes,
 )
-from exactformer.constructions.position_codes_certify import gram_absmax_cpu, pack_base, prefix_absmax
+from exactformer.constructions.codes.gram import gram_absmax_cpu, pack_base, prefix_absmax
 
 
 def brute_max(code) -> tuple[Fraction, np.ndarray]:
@@ -345,7 +345,7 @@ def test_prefix_absmax():
 
 
 def test_cuda_tile_enumeration_covers_upper_triangle_once():
-    from exactformer.constructions.position_codes_cuda import num_tiles, tile_coords
+    from exactformer.constructions.codes.gram_cuda import num_tiles, tile_coords
 
     for n, BM, GS in [(1000, 128, 2), (5000, 128, 4), (300, 16, 3)]:
         nb = -(-n // BM)
@@ -440,7 +440,7 @@ def test_cuda_certify_matches_cpu():
         if code.is_sign_code:
             idx = np.arange(0, code.n, 7)
             assert np.array_equal(code.signs_torch(idx, "cuda").cpu().numpy(), code.signs(idx))
-    from exactformer.constructions.position_codes_cuda import gram_absmax_cuda
+    from exactformer.constructions.codes.gram_cuda import gram_absmax_cuda
 
     for code in codes[:3]:  # the torch fallback (used without Triton)
         X = code.signs_torch(np.arange(code.n), "cuda")

@@ -1,4 +1,4 @@
-"""The ``positions`` CLI command, registered on a throwaway typer app (verify/cli.py registers it
+"""The ``positions`` CLI command, registered on a throwaway typer app (exactformer/cli/main.py registers it
 for real)."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from exactformer.verify.cli_positions import positions
+from exactformer.cli.positions import positions
 
 
 @pytest.fixture(scope="module")
@@ -81,7 +81,7 @@ def test_n_as_power_of_two_and_certify_estimate(app):
 
 
 def test_certify_beyond_the_limit_needs_force(app, monkeypatch):
-    from exactformer.verify import cli_positions
+    from exactformer.cli import positions as cli_positions
 
     res = CliRunner().invoke(app, ["positions", "--n", "2^40", "--certify", "--json"])
     assert res.exit_code == 2 and "hours" in _json(res)["error"] and "--force" in res.stderr

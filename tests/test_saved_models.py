@@ -20,7 +20,7 @@ import pytest
 import exactformer as xf
 from exactformer.constructions import blocks
 from exactformer.constructions.blocks import BLOCKS, Block, block_from_json
-from exactformer.constructions.registry import task_of
+from exactformer.constructions.core.registry import task_of
 from registered import small_build, weight_constructions
 
 

@@ -1,5 +1,5 @@
-"""Size rows, providers, the report, the figures and their committed data (verify/sizes.py), and
-the ``sizes`` command (verify/cli_sizes.py)."""
+"""Size rows, providers, the report, the figures and their committed data (verify/bounds/sizes.py), and
+the ``sizes`` command (exactformer/cli/sizes.py)."""
 
 from __future__ import annotations
 
@@ -15,11 +15,11 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from exactformer.constructions import registry
+from exactformer.constructions.core import registry
 from exactformer.precision import parse_format
-from exactformer.verify import lower_bounds as lb
-from exactformer.verify import sizes as sz
-from exactformer.verify.executor import run
+from exactformer.verify.bounds import lower_bounds as lb
+from exactformer.verify.bounds import sizes as sz
+from exactformer.verify.executor.exact import run
 
 ROOT = Path(__file__).resolve().parents[1]
 FIGURES = ROOT / "docs" / "figures"
@@ -114,7 +114,7 @@ def test_model_shape_counts_every_stored_number(name):
     """ModelShape.parameters (the one formula both paths use) equals the stored numbers counted
     tensor by tensor, and a shapes-only build of the same construction has the same shape; the
     context leaves ordinary builds untouched afterwards."""
-    from exactformer.constructions.assemble import shapes_only
+    from exactformer.constructions.core.builder import shapes_only
 
     builder = registry.get(name).builder
     m = builder(16)
@@ -351,8 +351,8 @@ def test_doc_check_detects_a_stale_table(committed):
 
 @pytest.fixture(scope="module")
 def app():
-    """The real command line: also checks that verify/cli.py registers ``sizes``."""
-    from exactformer.verify.cli import app
+    """The real command line: also checks that exactformer/cli/main.py registers ``sizes``."""
+    from exactformer.cli.main import app
 
     return app
 
@@ -374,7 +374,7 @@ def test_cli_json(app):
 
 
 def test_cli_fresh_process_equals_in_process(app):
-    out = subprocess.run([sys.executable, "-m", "exactformer.verify.cli", *ARGS, "--json"], capture_output=True,
+    out = subprocess.run([sys.executable, "-m", "exactformer.cli.main", *ARGS, "--json"], capture_output=True,
                          text=True, check=True).stdout
     assert json.loads(out) == json.loads(CliRunner().invoke(app, ARGS + ["--json"]).stdout)
 

@@ -10,13 +10,13 @@ import numpy as np
 import pytest
 
 import exactformer as xf
-from exactformer.constructions import registry
-from exactformer.constructions import thresholds as th
+from exactformer.constructions.core import registry
+from exactformer.constructions.theorems import thresholds as th
 from exactformer.constructions.blocks import PatternMLP, RetrieveByPosition, ThresholdReadout, UniformAverage
-from exactformer.constructions.ir import ExactTensor
-from exactformer.constructions.position_codes import CodeView, position_codes
+from exactformer.constructions.core.ir import ExactTensor
+from exactformer.constructions.codes.positions import CodeView, position_codes
 from exactformer.precision import FixedPoint, parse_format
-from exactformer.verify.executor import run
+from exactformer.verify.executor.exact import run
 from exactformer.verify.verifier import verify
 from mutants import shift_keys
 
@@ -34,7 +34,7 @@ def all_bits(n):
 
 
 def py_truth(model, x):
-    """Ground truth computed the slow, obvious way (independent of constructions/boolean_tasks.py)."""
+    """Ground truth computed the slow, obvious way (independent of constructions/theorems/boolean_tasks.py)."""
     kind, n = model.construction, model.n
     out = []
     for r in x.tolist():
@@ -314,8 +314,8 @@ def test_larger_models_certify_and_sample():
 
 def test_saved_and_loaded_models_certify(tmp_path):
     """The exporter stores index-view query blocks densely; the certificate reads the dense table."""
-    from exactformer.constructions.equality import inequality
-    from exactformer.constructions.export import load, save
+    from exactformer.constructions.theorems.equality import inequality
+    from exactformer.constructions.export.files import load, save
 
     for i, m in enumerate((th.disjointness(10, positions="reed-solomon"), mixed(8), inequality(10))):
         d = tmp_path / str(i)

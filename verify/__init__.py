@@ -1,20 +1,31 @@
-"""exactformer.verify: the executor, certificates, the verifier and the CLI.
+"""exactformer.verify: whether a built model is right.
 
-The package is also the public function ``xf.verify(model, mode=None, ...)`` (a callable
-module; no mode: the strongest the construction has), so that ``exactformer.verify`` names both the subpackage of the design card and the API
-function (see :func:`exactformer.verify.verifier.verify`).
+| folder | what |
+|---|---|
+| ``executor/`` | the exact executor (``exact``), the plain reference forward pass with every activation (``forward``), the exported torch module's runs (``torch_run``) |
+| ``certify/`` | the certificate for all inputs, composed from the blocks' local certificates (``composed``) |
+| ``attention/`` | P2's attention kernels: exact-match attention (``ema``) and ANNA (``anna``) |
+| ``mpc/`` | P2's MPC protocols and EMA programs run and checked level by level (``protocol_run``, ``program_run``, ``check``) |
+| ``bounds/`` | the papers' lower bounds (``lower_bounds``), built sizes beside them and their figures (``sizes``) |
+| ``verifier.py`` | modes (certify, exhaustive, sample), their arguments and the report |
+| ``precision_scan.py`` | the smallest precision that certifies |
+
+The package is also the API's verb ``xf.verify(model, mode=None, ...)``
+(:func:`exactformer.verify.verifier.verify`): the design card names the subpackage
+``exactformer.verify``, so the package is callable. Nothing is imported here until it is called.
 """
 
 import sys
 import types
-
-from exactformer.verify.verifier import Report, verify as _verify
+from typing import Any
 
 
 class _CallableModule(types.ModuleType):
-    def __call__(self, model, mode: str | None = None, **kwargs) -> Report:
-        """Verify a built model (``xf.build`` / ``xf.load``): see :func:`exactformer.verify.verifier.verify`."""
-        return _verify(model, mode=mode, **kwargs)
+    def __call__(self, model: Any, mode: str | None = None, **kwargs: Any) -> Any:
+        """``xf.verify``: :func:`exactformer.verify.verifier.verify`."""
+        from exactformer.verify.verifier import verify
+
+        return verify(model, mode=mode, **kwargs)
 
 
 sys.modules[__name__].__class__ = _CallableModule

@@ -10,10 +10,10 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any, Callable
 
-from exactformer.constructions import registry
-from exactformer.constructions.ir import CompiledModel, IRError
+from exactformer.constructions.core import registry
+from exactformer.constructions.core.ir import CompiledModel, IRError
 from exactformer.precision import FixedPoint, Format
-from exactformer.verify.certify import certify
+from exactformer.verify.certify.composed import certify
 
 
 @dataclass

@@ -4,12 +4,12 @@ A PASS is either a proof (mode ``certify``: every input) or a stated count of in
 seed (modes ``exhaustive`` and ``sample``). A FAIL names the first counterexample found, which the
 executor answered wrong; a certificate that can neither prove nor find one says "unproven" and
 fails. The verifier never branches on a construction's name: the task comes from the registry.
-Constructions that are EMA programs (:class:`~exactformer.constructions.mpc_tasks.ProgramModel`)
+Constructions that are EMA programs (:class:`~exactformer.constructions.mpc.applications.ProgramModel`)
 have no certificate; they are checked by the four-way differential run of
-:mod:`exactformer.verify.mpc_check`.
+:mod:`exactformer.verify.mpc.check`.
 
 Which modes a construction has is declared by its task (``task.modes``,
-:class:`~exactformer.constructions.task.Verifiable`); without a ``mode`` the verifier uses the
+:class:`~exactformer.constructions.core.task.Verifiable`); without a ``mode`` the verifier uses the
 strongest one that applies (:func:`choose_mode`) and the report says why (``mode_reason``). Every
 argument has one check here (``check_*``) that the CLI uses too; a bad one raises
 :class:`VerifyError` naming the parameter.
@@ -25,14 +25,14 @@ from typing import Any, Callable, Iterable
 
 import numpy as np
 
-from exactformer.constructions import registry
-from exactformer.constructions.ir import CompiledModel, IRError
-from exactformer.constructions.mpc_tasks import ProgramModel
-from exactformer.constructions.task import EXHAUSTIVE_LIMIT, MODES, Batch, Verifiable, count_log2, format_count, inputs_phrase
+from exactformer.constructions.core import registry
+from exactformer.constructions.core.ir import CompiledModel, IRError
+from exactformer.constructions.mpc.applications import ProgramModel
+from exactformer.constructions.core.task import EXHAUSTIVE_LIMIT, MODES, Batch, Verifiable, count_log2, format_count, inputs_phrase
 from exactformer.precision import Format, parse_format
-from exactformer.verify.certify import certify
-from exactformer.verify.executor import run
-from exactformer.verify.mpc_check import report_fields
+from exactformer.verify.certify.composed import certify
+from exactformer.verify.executor.exact import run
+from exactformer.verify.mpc.check import report_fields
 
 DEFAULT_SAMPLES = 1000  # sample mode's random inputs (plus as many adversarial ones) when none are given
 DEVICES = ("cpu", "cuda")
@@ -119,7 +119,7 @@ def _runner(fmt: Format, arithmetic: str, device: str) -> Callable[[CompiledMode
     in float64 / float32 (the real arithmetic's closest runnable arithmetic is float64)."""
     if arithmetic == "fixed":
         return lambda model, tokens: run(model, tokens, fmt, device=device)
-    from exactformer.verify.torch_run import run_torch  # torch is imported here, when a float run is asked for
+    from exactformer.verify.executor.torch_run import run_torch  # torch is imported here, when a float run is asked for
 
     dtype = "float32" if arithmetic == "float32" else "float64"
     return lambda model, tokens: run_torch(model, tokens, dtype)

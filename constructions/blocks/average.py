@@ -24,8 +24,8 @@ from typing import Any
 import numpy as np
 
 from exactformer.constructions.blocks.base import CertContext, HeadBlock, Unproven
-from exactformer.constructions.views import Box, Count, Group, State, Var, unique_rows
-from exactformer.constructions.views_ops import value_tables
+from exactformer.constructions.core.views import Box, Count, Group, State, Var, unique_rows
+from exactformer.constructions.core.views_ops import value_tables
 
 
 @dataclass(frozen=True)

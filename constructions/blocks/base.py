@@ -6,8 +6,8 @@ name is :data:`exactformer.constructions.blocks.BLOCKS`, written out, not filled
 interface is declared here: a :class:`HeadBlock` owns one attention head and has a local certificate
 (:meth:`HeadBlock.certify_head`), an :class:`MLPBlock` owns MLP units (certified from the weights by
 the exact MLP image), a :class:`ReadoutBlock` writes the unembedding. Blocks add their weights
-through a :class:`~exactformer.constructions.assemble.ModelBuilder`; the composed certificate
-(:mod:`exactformer.verify.certify`) calls the local certificates with a :class:`CertContext`. A
+through a :class:`~exactformer.constructions.core.builder.ModelBuilder`; the composed certificate
+(:mod:`exactformer.verify.certify.composed`) calls the local certificates with a :class:`CertContext`. A
 local certificate reads the model's *own* weights where the block sits (never the block's
 parameters as facts) and either returns what it proves or raises :class:`Unproven`.
 """
@@ -134,7 +134,7 @@ class CertContext:
     model: Any
     arith: Arithmetic
     W: dict[str, np.ndarray]
-    domains: Any  # exactformer.constructions.task.Domains
+    domains: Any  # exactformer.constructions.core.task.Domains
     T: int
     device: str = "cpu"
     details: dict[str, Any] = field(default_factory=dict)

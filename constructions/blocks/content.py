@@ -32,7 +32,7 @@ Local certificates (fixed-point arithmetics; every fact read from the model's ow
 3. *output*: for every candidate j, the head output ``_z(w_t, value(j), w_l, counts, hull)`` with the
    values read from the value slot's position code (no views: ``view_columns`` is empty); the
    query's view gains a content variable (``Var("content")``) over the candidates, whose meaning
-   (:class:`~exactformer.constructions.views.ContentRule`) the task's specification checks.
+   (:class:`~exactformer.constructions.core.views.ContentRule`) the task's specification checks.
 """
 
 from __future__ import annotations
@@ -47,9 +47,9 @@ import numpy as np
 
 from exactformer.constructions.blocks.base import CertContext, HeadBlock, MLPBlock, Unproven
 from exactformer.constructions.blocks.retrieve import RetrieveByPosition, _CodeSource, _logit_form, _rows, _Side, _unit
-from exactformer.constructions.code_products import CodeWorkError, histograms, pair_inner, same_generator
-from exactformer.constructions.views import Box, ContentRule, Group, State, Var, unique_rows
-from exactformer.constructions.views_ops import _z, value_tables
+from exactformer.constructions.codes.products import CodeWorkError, histograms, pair_inner, same_generator
+from exactformer.constructions.core.views import Box, ContentRule, Group, State, Var, unique_rows
+from exactformer.constructions.core.views_ops import _z, value_tables
 
 
 # ------------------------------------------------------------------------------------------------

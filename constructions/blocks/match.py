@@ -34,7 +34,7 @@ Local certificate (:meth:`MatchHead.certify_head`), from the model's own weights
 5. the output at every query: sat(c * mul(w_c, v)) over the values v of the real keys (BOS's value
    when c = 0) -- a table over (the query's own token, c). c becomes a ``match`` variable of the
    view; its meaning (the code id of every query and key token) is what the task's specification
-   (:class:`~exactformer.constructions.spec.ExistsMatch`) compares with.
+   (:class:`~exactformer.constructions.core.spec.ExistsMatch`) compares with.
 """
 
 from __future__ import annotations
@@ -46,9 +46,9 @@ from typing import Any
 
 import numpy as np
 from exactformer.constructions.blocks.base import CertContext, HeadBlock, MLPBlock, Unproven
-from exactformer.constructions.ir import IRError
-from exactformer.constructions.precision_search import smallest_grid_eta
-from exactformer.constructions.views import (
+from exactformer.constructions.core.ir import IRError
+from exactformer.constructions.design.precision_search import smallest_grid_eta
+from exactformer.constructions.core.views import (
     Box,
     Group,
     MatchCount,
@@ -56,7 +56,7 @@ from exactformer.constructions.views import (
     Var,
     unique_rows,
 )
-from exactformer.constructions.views_ops import value_tables
+from exactformer.constructions.core.views_ops import value_tables
 from exactformer.precision import Format
 from exactformer.precision.boxes import FixedArithmetic
 

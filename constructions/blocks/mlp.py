@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from exactformer.constructions.blocks.base import MLPBlock
-from exactformer.constructions.views import unique_rows
+from exactformer.constructions.core.views import unique_rows
 from exactformer.precision.boxes import Arithmetic, Box, FloatArithmetic
 
 

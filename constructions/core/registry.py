@@ -1,0 +1,173 @@
+"""The registry of constructions: everything a construction declares, in one place.
+
+A construction registers with one decorator beside its builder::
+
+    @construction("index-lookup", task=IndexLookupTask(), theorem="Thm 1 (App. C.2)",
+                  claim=Claim("P1 Thm 1 (Sec. 3, App. C.2)", layers="1", heads="1", width="O(log N)",
+                              precision="O(log N)", size="O((log N)^3)"),
+                  sizes=SizeRows("index-lookup", kwargs=(("alphabet", 64),)),
+                  example=dict(n=16, alphabet=4))
+    def index_lookup(n: int, alphabet: int = 64, ...) -> CompiledModel: ...
+
+and everything else finds it here: ``xf.build``, the command line's options (from the builder's
+signature and docstring), ``verify all``, the verifier and the certificate (the task), the size
+tables (``sizes``: the rows to build, or the reason there are none) and the claims set beside them
+(``claim``), the state tests (``example``: a small build). The constructions of the two papers are
+the modules of :mod:`exactformer.constructions.theorems` (one module per theorem), imported when the
+registry is first read; a construction defined elsewhere registers when its module is imported.
+
+Order: paper 1 before paper 2, then by theorem number (read from ``theorem``), then by registration.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import itertools
+import pkgutil
+import re
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from exactformer.constructions.core.ir import CompiledModel
+from exactformer.constructions.core.task import Task
+
+
+@dataclass(frozen=True)
+class Claim:
+    """What a theorem claims for the model it constructs (asymptotic, as stated), set beside the
+    built sizes in the size tables."""
+
+    source: str
+    layers: str
+    heads: str
+    width: str
+    precision: str
+    size: str
+    note: str = ""
+
+    def to_json(self) -> dict[str, str]:
+        return dict(self.__dict__)
+
+
+BUILD_MAX_N = 1 << 20  # the default largest N the size tables build
+
+
+@dataclass(frozen=True)
+class SizeRows:
+    """One row source of the size tables: the construction built with ``kwargs`` at N = 2^4 ...
+    ``max_n``, in the lower-bound family ``family`` (a key of
+    :data:`exactformer.verify.bounds.lower_bounds.FAMILIES`), compared with ``bounds`` (keys of its
+    BOUNDS; None: the family's) and with ``claim`` (None: the construction's). ``name`` defaults
+    to the construction's; ``build_max_n`` is the largest N checked against a full build."""
+
+    family: str
+    kwargs: tuple[tuple[str, Any], ...] = ()
+    bounds: tuple[str, ...] | None = None
+    name: str | None = None
+    claim: Claim | None = None
+    build_max_n: int = BUILD_MAX_N
+    max_n: int = BUILD_MAX_N
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class NoRows:
+    """Why a construction has no rows in the size tables (said under the family's figure)."""
+
+    family: str
+    reason: str
+
+
+@dataclass
+class Construction:
+    """A registered construction (see the module docstring). ``sizes`` holds its size-table rows;
+    ``no_sizes`` the reason it has none."""
+
+    name: str
+    builder: Callable[..., CompiledModel]
+    task: Task
+    theorem: str
+    claim: Claim
+    sizes: tuple[SizeRows, ...] = ()
+    no_sizes: NoRows | None = None
+    example: dict[str, Any] = field(default_factory=lambda: {"n": 8})
+    order: int = 0
+
+    @property
+    def parameters(self) -> dict[str, inspect.Parameter]:
+        return dict(inspect.signature(self.builder).parameters)
+
+    @property
+    def sort_key(self) -> tuple:
+        """(paper, theorem number, registration order): "P2 Thm 5.4" -> (2, (5, 4), ...)."""
+        m = re.search(r"Thm (\d+(?:\.\d+)*)", self.theorem)
+        number = tuple(int(x) for x in m.group(1).split(".")) if m else (1 << 30,)
+        return (2 if self.theorem.startswith("P2") else 1, number, self.order)
+
+
+_REGISTRY: dict[str, Construction] = {}
+_COUNTER = itertools.count()
+
+
+class UnknownConstruction(ValueError):
+    pass
+
+
+class RegistryError(ValueError):
+    """A registration that does not declare what every construction must."""
+
+
+def construction(name: str, task: type | Task, theorem: str, claim: Claim,
+                 sizes: SizeRows | tuple[SizeRows, ...] | NoRows, example: dict[str, Any] | None = None) -> Callable:
+    """Decorator registering a builder ``f(n, ...) -> CompiledModel`` under ``name``: its task, the
+    theorem it builds, the theorem's claim, the size-table rows (or :class:`NoRows`: the reason it
+    has none) and a small example build (default ``n=8``)."""
+    if not isinstance(claim, Claim):
+        raise RegistryError(f"{name}: claim must be a Claim (what the theorem claims), got {claim!r}")
+    rows = (sizes,) if isinstance(sizes, SizeRows) else sizes
+    reason = rows if isinstance(rows, NoRows) else None
+    if reason is not None:
+        rows = ()
+    elif not rows or not all(isinstance(r, SizeRows) for r in rows):
+        raise RegistryError(f"{name}: sizes must be SizeRows, a tuple of them, or NoRows (the reason there are none)")
+
+    def wrap(fn: Callable[..., CompiledModel]) -> Callable[..., CompiledModel]:
+        _REGISTRY[name] = Construction(name, fn, task() if isinstance(task, type) else task, theorem, claim,
+                                       tuple(rows), reason, dict(example or {"n": 8}), next(_COUNTER))
+        fn.construction_name = name  # type: ignore[attr-defined]
+        return fn
+
+    return wrap
+
+
+def names() -> list[str]:
+    """Every registered construction, in the order of the module docstring."""
+    _load_builtin()
+    return [c.name for c in sorted(_REGISTRY.values(), key=lambda c: c.sort_key)]
+
+
+def get(name: str) -> Construction:
+    _load_builtin()
+    if name not in _REGISTRY:
+        raise UnknownConstruction(f"construction must be one of {', '.join(names())}, got {name!r}")
+    return _REGISTRY[name]
+
+
+def task_of(model: CompiledModel) -> Task:
+    return get(model.construction).task
+
+
+def _load_builtin() -> None:
+    """Import every module of :mod:`exactformer.constructions.theorems` (one module per theorem, each
+    registering its constructions), so that a new construction is one new module there."""
+    if _LOADED:
+        return
+    _LOADED.append(True)
+    from exactformer.constructions import theorems
+
+    for info in pkgutil.iter_modules(theorems.__path__):
+        importlib.import_module(f"{theorems.__name__}.{info.name}")
+
+
+_LOADED: list[bool] = []

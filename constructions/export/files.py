@@ -1,0 +1,438 @@
+"""Exports of a :class:`~exactformer.constructions.core.ir.CompiledModel`: files, plain torch, TransformerLens.
+
+``save(model, out_dir)`` writes three files (docs/exports.md describes them in full):
+
+* ``model.safetensors``: float64 tensors under TransformerLens ``HookedTransformer`` state-dict
+  names and shapes (``embed.W_E``, ``pos_embed.W_pos``, ``blocks.{l}.attn.W_Q`` ...,
+  ``unembed.W_U``, ``unembed.b_U``) and nothing else, so TransformerLens' strict loaders accept it.
+  Every value is the correctly rounded float64 of the exact rational weight. The compact form
+  (``dense=False``) leaves out ``W_E`` and ``W_pos``: their rows are generated from the recorded
+  position codes (as they are in the dense form beyond ``materialize_limit`` entries).
+* ``model.exact.safetensors``: int64 numerators of every exact tensor, the index tables and stored
+  vectors of codes that are not generated, and (metadata) the digests of every manifest field.
+* ``manifest.json``: metadata, vocabularies, how an input is encoded, the TransformerLens config,
+  the embedding layout with the position codes' recipes, the denominators, the sha256 of both
+  weight files.
+
+``load(out_dir)`` checks everything it reads (:func:`~exactformer.constructions.export.manifest.read_manifest`:
+a modified file or manifest field is refused with a :class:`ManifestError` naming it) and rebuilds
+the exact model with its embeddings generated on demand. ``to_torch(model)`` gives the float forward
+pass as a ``torch.nn.Module``; ``to_transformer_lens(model)`` a TransformerLens 4.x
+``TransformerBridge`` (optional extra ``exactformer[lens]``). Both work from a compact export.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+
+import contextlib
+import json
+import math
+import os
+from collections.abc import Mapping
+from fractions import Fraction
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from safetensors import safe_open
+from safetensors.numpy import load_file, save_file
+
+from exactformer.constructions.export.codes import CodeRecord, rebuild
+from exactformer.constructions.export.floats import (
+    ExportError,
+    embedding_float,
+    embedding_rows_float,
+    pad,
+    tl_config,
+    tl_shape,
+    tl_state_dict,
+    to_float64,
+)
+from exactformer.constructions.export.manifest import (
+    DIGESTS_KEY,
+    EXACT_FILE,
+    FORMAT_NAME,
+    FORMAT_VERSION,
+    MANIFEST_FILE,
+    MODEL_FIELDS,
+    READOUT,
+    WEIGHTS_FILE,
+    ManifestError,
+    dumps_manifest,
+    encoding_of,
+    field_digests,
+    frac_str,
+    jsonable,
+    read_manifest,
+    sha256_file,
+)
+from exactformer.constructions.core.ir import (
+    MLP,
+    Attention,
+    TransformerBlock,
+    CodeBlock,
+    CompiledModel,
+    Embedding,
+    ExactTensor,
+    IRError,
+    check_shapes,
+)
+
+__all__ = [
+    "save",
+    "load",
+    "read_manifest",
+    "to_torch",
+    "to_transformer_lens",
+    "tl_config",
+    "tl_state_dict",
+    "ExportError",
+    "ManifestError",
+    "DEFAULT_MATERIALIZE_LIMIT",
+    "WEIGHTS_FILE",
+    "EXACT_FILE",
+    "MANIFEST_FILE",
+]
+
+#: dense form: W_E / W_pos are materialised in model.safetensors up to this many entries (2^26 float64 = 512 MiB)
+DEFAULT_MATERIALIZE_LIMIT = 1 << 26
+SAMPLE_ROWS = 256  # random embedding rows compared with a materialised W_E / W_pos (plus every block's ends)
+_INT64_MAX = (1 << 63) - 1
+_MAX_LISTED_INEXACT = 64  # inexact values listed per tensor in the manifest (all are in the exact file)
+CERTIFIED_KEYS = ("certified", "not_certified")
+EXACTNESS_NOTE = (
+    "model.safetensors (dense form) holds the correctly rounded float64 of each exact weight num/den (numerators in "
+    "model.exact.safetensors, den in this manifest); weights_exact_in_float64 (per tensor: exact_in_float64) says "
+    "whether that float64 is the weight itself. It says nothing about arithmetic: the construction is proved for "
+    "the fixed-point format `precision`, and a float32 or float64 forward pass with these exact weights may "
+    "answer differently; certified_arithmetics lists what was checked."
+)
+
+
+# ------------------------------------------------------------------------------------------------
+# save
+# ------------------------------------------------------------------------------------------------
+
+
+def _int64(num: np.ndarray) -> np.ndarray | None:
+    """``num`` as an int64 array, or None when an entry does not fit."""
+    num = np.asarray(num)
+    if num.dtype == np.int64:
+        return np.ascontiguousarray(num)
+    if num.dtype != object and np.issubdtype(num.dtype, np.integer):
+        return np.ascontiguousarray(num.astype(np.int64))
+    flat = [int(v) for v in num.reshape(-1)]
+    if any(abs(v) > _INT64_MAX for v in flat):
+        return None
+    return np.array(flat, dtype=np.int64).reshape(num.shape)
+
+
+def _embedding_exactness(emb: Embedding) -> tuple[int, list[Fraction]]:
+    """(common denominator of the rows, distinct values float64 cannot hold exactly)."""
+    den = math.lcm(int(emb.table.den), *[b.scale.denominator for b in emb.blocks])
+    cands = {Fraction(int(v), emb.table.den) for v in np.unique(emb.table.num)} if emb.table.num.size else set()
+    for b in emb.blocks:
+        cands.update([b.scale, -b.scale])
+    inexact = [f for f in sorted(cands) if Fraction(f.numerator / f.denominator) != f]
+    return den, inexact
+
+
+def _tensor_entry(name: str, num: np.ndarray, den: int, inexact: list[Fraction], exact: dict, manifest_big: dict,
+                  extra: dict | None = None) -> dict[str, Any]:
+    """The manifest entry of an exact tensor ``num / den``, its nonzero numerators stored sparsely:
+    flat indices ``{name}.index`` and numerators ``{name}.numerators`` (int64) in the exact file."""
+    flat = np.asarray(num).reshape(-1)
+    index = np.flatnonzero(flat).astype(np.int64)
+    values = flat[index]
+    entry: dict[str, Any] = {"shape": list(num.shape), "den": int(den), "exact_in_float64": not inexact}
+    if inexact:
+        entry["inexact_values"] = [frac_str(f) for f in inexact[:_MAX_LISTED_INEXACT]]
+        entry["inexact_count"] = len(inexact)
+    exact[f"{name}.index"] = index
+    entry["nonzero"] = int(index.size)
+    entry["index"] = f"{EXACT_FILE}:{name}.index"
+    v64 = _int64(values)
+    if v64 is not None:
+        exact[f"{name}.numerators"] = v64
+        entry["numerators"] = f"{EXACT_FILE}:{name}.numerators"
+    else:  # numerators beyond int64: decimal strings in the manifest
+        manifest_big[name] = [str(int(v)) for v in values]
+        entry["numerators"] = f"{MANIFEST_FILE}:big_numerators.{name}"
+    if extra:
+        entry.update(extra)
+    return entry
+
+
+def _certified_json(value: Any) -> dict[str, list[str]] | None:
+    """``certified_arithmetics`` as the manifest records it (None: nothing recorded)."""
+    if value is None:
+        return None
+    ok = isinstance(value, Mapping) and set(value) <= set(CERTIFIED_KEYS) and all(
+        isinstance(v, (list, tuple)) and all(isinstance(s, str) for s in v) for v in value.values())
+    if not ok:
+        raise ExportError("certified_arithmetics must be None or a mapping {'certified': [names], 'not_certified': "
+                          f"[names]}} of arithmetic names (e.g. format names), got {value!r}")
+    return {k: list(value.get(k, ())) for k in CERTIFIED_KEYS}
+
+
+def _atomic(path: Path, write) -> None:
+    """Write via a temporary file and rename, with the usual umask-based permissions."""
+    tmp = path.with_name(path.name + ".tmp")
+    write(tmp)
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(tmp, 0o666 & ~umask)
+    os.replace(tmp, path)
+
+
+def save(model: CompiledModel, out_dir: str | os.PathLike, dense: bool = True,
+         materialize_limit: int = DEFAULT_MATERIALIZE_LIMIT,
+         certified_arithmetics: Mapping[str, list[str]] | None = None) -> Path:
+    """Write ``model`` to ``out_dir`` (created if needed); returns the directory as a Path.
+
+    Files: ``model.safetensors`` (float64, TransformerLens names only), ``model.exact.safetensors``
+    (int64 numerators, code tables, manifest digests), ``manifest.json`` (see docs/exports.md).
+
+    ``dense``: True writes ``W_E`` / ``W_pos`` into ``model.safetensors`` when they have at most
+    ``materialize_limit`` entries (default 2^26), so TransformerLens and plain torch load it without
+    exactformer; False is the compact form: they are never written, and :func:`load` generates
+    their rows from the recorded position codes. ``certified_arithmetics``: the arithmetics the
+    model is certified in and those it is not, ``{"certified": [names], "not_certified": [names]}``,
+    recorded as given (default None: the manifest claims nothing).
+    """
+    check_shapes(model)
+    if not isinstance(dense, bool):
+        raise ExportError(f"dense must be True (dense float file) or False (compact), got {dense!r}")
+    if isinstance(materialize_limit, bool) or not isinstance(materialize_limit, (int, np.integer)) or materialize_limit < 0:
+        raise ExportError(f"materialize_limit must be an integer >= 0, got {materialize_limit!r}")
+    certified = _certified_json(certified_arithmetics)
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+
+    floats: dict[str, np.ndarray] = {}
+    exact: dict[str, np.ndarray] = {}
+    big: dict[str, list[str]] = {}
+    codes = CodeRecord()
+
+    # ---- embeddings: dense table + code blocks (codes recorded once, shared ones shared on load) --
+    layout: dict[str, Any] = {}
+    for prefix, key, emb in (("embed", "embed.W_E", model.embed), ("pos_embed", "pos_embed.W_pos", model.pos_embed)):
+        materialized = dense and emb.n_rows * emb.d_model <= materialize_limit
+        den, inexact = _embedding_exactness(emb)
+        t = emb.table
+        layout[prefix] = {
+            "key": key,
+            "n_rows": emb.n_rows,
+            "d_model": emb.d_model,
+            "materialized": materialized,
+            "den": int(den),
+            "exact_in_float64": not inexact,
+            **({"inexact_values": [frac_str(f) for f in inexact[:_MAX_LISTED_INEXACT]]} if inexact else {}),
+            "table": _tensor_entry(f"{prefix}.table", t.num, t.den, to_float64(t.num, t.den)[1], exact, big,
+                                   {"first_row": emb.table_first_row}),
+            "blocks": [{"code": codes.ref(b.code, b.code_start + b.count), "first_row": b.first_row, "count": b.count,
+                        "col": b.col, "code_start": b.code_start, "scale": frac_str(Fraction(b.scale))}
+                       for b in emb.blocks],
+        }
+        if materialized:
+            floats[key] = embedding_float(emb)
+
+    # ---- non-embedding weights --------------------------------------------------------------------
+    tensors: dict[str, Any] = {}
+    for name, t in model.tensors().items():
+        f, inexact = to_float64(t.num, t.den)
+        if dense:
+            floats[name] = np.ascontiguousarray(pad(f, tl_shape(model, name)))
+        tensors[name] = _tensor_entry(name, t.num, t.den, inexact, exact, big, {"tl_shape": list(tl_shape(model, name))})
+
+    # ---- model.code: the construction's position code (the certificates read it) ----------------
+    code = getattr(model, "code", None)
+    model_code = None if code is None else codes.ref(code, int(getattr(code, "n", 0)))
+    exact.update(codes.arrays)
+
+    # ---- files: the float file (dense form), then the manifest's digests into the exact file ------
+    wpath, epath = out / WEIGHTS_FILE, out / EXACT_FILE
+    meta = {"format": "pt"}  # one key each: safetensors writes metadata in arbitrary order, files stay reproducible
+    files: dict[str, Any] = {}
+    if dense:
+        _atomic(wpath, lambda p: save_file({k: np.ascontiguousarray(v) for k, v in floats.items()}, str(p), metadata=meta))
+        files[WEIGHTS_FILE] = {"sha256": sha256_file(wpath), "bytes": wpath.stat().st_size,
+                               "keys": {k: "float64" for k in sorted(floats)}}
+    elif wpath.exists():  # a dense export's float file would no longer match the exact one
+        wpath.unlink()
+    files[EXACT_FILE] = {"keys": {k: str(exact[k].dtype) for k in sorted(exact)}}
+    manifest: dict[str, Any] = {
+        "format": FORMAT_NAME,
+        "format_version": FORMAT_VERSION,
+        "exactformer_version": importlib.metadata.version("exactformer"),
+        **{name: to_json(getattr(model, name)) for name, (to_json, _) in MODEL_FIELDS.items()},
+        "summary": model.summary(),
+        "output_vocab": model.output_vocab,
+        "encoding": encoding_of(model.construction),
+        "readout": READOUT,
+        "certified_arithmetics": certified,
+        "exactness": {
+            "weights_exact_in_float64": all(e["exact_in_float64"] for e in tensors.values())
+            and all(lay["exact_in_float64"] for lay in layout.values()),
+            "note": EXACTNESS_NOTE,
+        },
+        "files": files,
+        "transformer_lens_config": tl_config(model),
+        "layers": [{"causal": bool(b.attn.causal), "n_heads": b.attn.n_heads, "d_head": b.attn.d_head,
+                    "d_mlp": b.mlp.d_mlp} for b in model.blocks],
+        "dense": dense,
+        "materialize_limit": int(materialize_limit),
+        "embedding": layout,
+        "codes": codes.entries,
+        "model_code": model_code,
+        "tensors": tensors,
+        **({"big_numerators": big} if big else {}),
+    }
+    manifest = jsonable(manifest)  # exactly what load() will read back
+    digests = json.dumps(field_digests(manifest), separators=(",", ":"))
+    _atomic(epath, lambda p: save_file(exact, str(p), metadata={DIGESTS_KEY: digests}))
+    manifest["files"][EXACT_FILE].update(sha256=sha256_file(epath), bytes=epath.stat().st_size)
+    text = dumps_manifest(manifest)
+    _atomic(out / MANIFEST_FILE, lambda p: p.write_text(text))
+    return out
+
+
+# ------------------------------------------------------------------------------------------------
+# load
+# ------------------------------------------------------------------------------------------------
+
+
+def _sample_rows(emb: Embedding, seed: int = 0) -> np.ndarray:
+    """Rows compared between generated and stored embeddings: every dense-table row (up to
+    4096), the first, middle and last row of every code block, and SAMPLE_ROWS random rows."""
+    rows: set[int] = set()
+    tr = emb.table_rows
+    if len(tr) <= 4096:
+        rows.update(tr)
+    else:
+        rows.update([tr.start, tr.stop - 1])
+    for b in emb.blocks:
+        rows.update([b.first_row, b.first_row + b.count // 2, b.first_row + b.count - 1])
+    rng = np.random.default_rng(seed)
+    rows.update(int(r) for r in rng.integers(0, emb.n_rows, size=min(emb.n_rows, SAMPLE_ROWS)))
+    return np.array(sorted(r for r in rows if 0 <= r < emb.n_rows), dtype=np.int64)
+
+
+def load(out_dir: str | os.PathLike) -> CompiledModel:
+    """Rebuild the exact model saved by :func:`save` in ``out_dir``.
+
+    Checks, each failure a :class:`ManifestError` naming the file (and the field): both weight
+    files match their sha256 and every manifest field its digest (:func:`read_manifest`); every
+    float64 weight in ``model.safetensors`` equals the correctly rounded exact weight; a
+    materialised ``W_E``/``W_pos`` equals the generated rows on a sample. Position codes are
+    rebuilt from their recipes (blocks that shared a code share it again); embedding rows are
+    generated on demand, never materialised.
+    """
+    d = Path(out_dir)
+    man = read_manifest(d)
+    try:
+        return _build(d, man)
+    except ManifestError:
+        raise
+    except (KeyError, TypeError, ValueError, IndexError, IRError) as e:
+        raise ManifestError(f"{d / MANIFEST_FILE}: malformed or inconsistent manifest: {type(e).__name__}: {e}") from e
+
+
+def _build(d: Path, man: dict[str, Any]) -> CompiledModel:
+    wpath, epath = d / WEIGHTS_FILE, d / EXACT_FILE
+    exact = load_file(str(epath))
+    big = man.get("big_numerators", {})
+
+    def stored(ref: str, where: str) -> np.ndarray:
+        src, _, key = ref.partition(":")
+        if src == EXACT_FILE:
+            if key not in exact:
+                raise ManifestError(f"{epath}: missing tensor {key!r} ({where})")
+            return exact[key]
+        return np.array([int(v) for v in big[key.split(".", 1)[1]]], dtype=object)
+
+    def tensor(entry: dict[str, Any], where: str) -> ExactTensor:
+        shape = tuple(int(s) for s in entry["shape"])
+        size = math.prod(shape)
+        index, values = stored(entry["index"], where), stored(entry["numerators"], where)
+        if index.shape != values.shape or index.ndim != 1 or (index.size and not 0 <= index.min() <= index.max() < size):
+            raise ManifestError(f"{epath}: the nonzero indices of {where} do not fit its numerators or shape {list(shape)}")
+        num = np.zeros(size, dtype=object if values.dtype == object else np.int64)
+        num[index] = values
+        return ExactTensor(num.reshape(shape), int(entry["den"]))
+
+    codes = rebuild(man["codes"], exact)
+    dense_file = WEIGHTS_FILE in man["files"]
+    with safe_open(str(wpath), framework="np") if dense_file else contextlib.nullcontext() as wf:
+        wkeys = set(wf.keys()) if dense_file else set()
+        # ---- weights, cross-checked against the float file (dense form) -------------------------
+        weights: dict[str, ExactTensor] = {}
+        for name, entry in man["tensors"].items():
+            t = tensor(entry, name)
+            if dense_file:
+                if name not in wkeys:
+                    raise ManifestError(f"{wpath}: missing tensor {name!r}")
+                expect = pad(to_float64(t.num, t.den)[0], tuple(entry["tl_shape"]))
+                got = wf.get_tensor(name)
+                if got.shape != expect.shape or not np.array_equal(got, expect):
+                    raise ManifestError(f"{wpath}: {name} differs from its exact value in {epath}")
+            weights[name] = t
+
+        # ---- embeddings: table + code blocks; a materialised copy is compared on a sample ------------
+        embs = {}
+        for prefix in ("embed", "pos_embed"):
+            lay = man["embedding"][prefix]
+            n_rows, dm = int(lay["n_rows"]), int(lay["d_model"])
+            blocks = tuple(
+                CodeBlock(codes[b["code"]], int(b["first_row"]), int(b["count"]), int(b["col"]),
+                          int(b["code_start"]), Fraction(str(b["scale"])))
+                for b in lay["blocks"]
+            )
+            emb = Embedding(n_rows, dm, tensor(lay["table"], f"{prefix}.table"), int(lay["table"]["first_row"]), blocks)
+            if lay["materialized"]:
+                key = lay["key"]
+                if key not in wkeys:
+                    raise ManifestError(f"{wpath}: missing {key} (the manifest says it is materialised)")
+                sl = wf.get_slice(key)
+                if tuple(sl.get_shape()) != (n_rows, dm):
+                    raise ManifestError(f"{wpath}: {key} has shape {sl.get_shape()}, expected {[n_rows, dm]}")
+                rows = _sample_rows(emb)
+                got = np.stack([sl[int(r) : int(r) + 1][0] for r in rows]) if rows.size else np.zeros((0, dm))
+                if not np.array_equal(got, embedding_rows_float(emb, rows)):
+                    raise ManifestError(f"{wpath}: {key} rows differ from the rows generated from {MANIFEST_FILE}/{EXACT_FILE}")
+            embs[prefix] = emb
+
+    # ---- the model -------------------------------------------------------------------------------
+    blocks = []
+    for l, lay in enumerate(man["layers"]):
+        w = lambda n: weights[f"blocks.{l}.{n}"]  # noqa: E731
+        attn = Attention(w("attn.W_Q"), w("attn.W_K"), w("attn.W_V"), w("attn.W_O"),
+                         w("attn.b_Q"), w("attn.b_K"), w("attn.b_V"), w("attn.b_O"), causal=bool(lay["causal"]))
+        blocks.append(TransformerBlock(attn, MLP(w("mlp.W_in"), w("mlp.b_in"), w("mlp.W_out"), w("mlp.b_out"))))
+    model = CompiledModel(
+        embed=embs["embed"],
+        pos_embed=embs["pos_embed"],
+        blocks=blocks,
+        W_U=weights["unembed.W_U"],
+        b_U=weights["unembed.b_U"],
+        **{name: from_json(man[name]) for name, (_, from_json) in MODEL_FIELDS.items()},
+    )
+    check_shapes(model)
+    if man["model_code"] is not None:
+        model.code = codes[man["model_code"]]  # type: ignore[attr-defined]
+    return model
+
+
+def __getattr__(name: str) -> Any:
+    """``to_torch`` and ``to_transformer_lens``, imported when first asked for: they need torch,
+    whose import takes seconds, and saving, loading or verifying a model does not."""
+    if name == "to_torch":
+        from exactformer.constructions.export.torch_module import to_torch
+
+        return to_torch
+    if name == "to_transformer_lens":
+        from exactformer.constructions.export.lens import to_transformer_lens
+
+        return to_transformer_lens
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

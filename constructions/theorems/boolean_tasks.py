@@ -1,0 +1,564 @@
+"""The Boolean tasks of Theorems 6 and 13: definitions, ground truths, input sources, specifications.
+
+Equality / Inequality: EQ(x) = [x_{1..N/2} = x_{N/2+1..N}] for x in {-1, 1}^N (INEQ = 1 - EQ).
+Thresholds of k-sparse features: Th_b(g_1(x_{I_1}), .., g_m(x_{I_m})) = [sum_j g_j(x_{I_j}) > b] for
+x in {0, 1}^N, with the named cases Disjointness, k-DNF and k-CNF. Natural inputs are lists of N
+ints; they are held as one array ``x [B, N]``.
+
+Ground truths are computed from each task's own definition, not from a model's feature tables:
+EQ / INEQ from the two halves, DISJ from the two halves, k-DNF / k-CNF from the clause lists in
+``model.task_params["clauses"]``. Only the general THRES task reads its definition (index sets,
+truth tables, b) from ``model.task_params``: that *is* its definition. Each task's specification
+(:mod:`exactformer.constructions.core.spec`) restates its truth as a count of features compared with b.
+
+Sources:
+
+* ``exhaustive``: all 2^N inputs in counting order (x_1 is the most significant bit), vectorised.
+* ``sample``: seeded; Equality draws half of the inputs uniformly and half as "first half copied,
+  then (with probability 1/2) 1-3 random bits flipped"; thresholds draw each input with its own
+  density p ~ U(0, 1).
+* ``adversarial``: Equality: inputs with equal halves and every single-bit flip of them. Thresholds:
+  inputs with exactly b and exactly b + 1 true features (found by a seeded local search) and all
+  their single-bit neighbours.
+* ``candidates`` (for a failed proof): inputs with the feature counts the proof named, then the
+  adversarial and sampled ones.
+"""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any, Iterator, Sequence
+
+import numpy as np
+
+from exactformer.constructions.core.ir import CompiledModel
+from exactformer.constructions.core.spec import CountThreshold
+from exactformer.constructions.core.task import Batch, Domains, Task, TaskError
+
+MAX_K = 8  # heads = k; the MLP has up to 2 * G * 2^k units
+
+
+class ThresholdError(TaskError):
+    """Bad features, clauses or inputs for the threshold family."""
+
+
+# ------------------------------------------------------------------------------------------------
+# features (the definition of the threshold family)
+# ------------------------------------------------------------------------------------------------
+
+
+def _table_of(g: Any, r: int, where: str) -> tuple[int, ...]:
+    """A truth table of length 2^r in itertools.product order (first bit most significant)."""
+    if callable(g):
+        out = []
+        for bits in itertools.product((0, 1), repeat=r):
+            v = g(*bits)
+            if v not in (0, 1, True, False):
+                raise ThresholdError(f"{where}: g must return 0 or 1, got {v!r} for bits {bits}")
+            out.append(int(v))
+        return tuple(out)
+    try:
+        t = [int(v) for v in g]
+    except TypeError:
+        raise ThresholdError(f"{where}: g must be a truth table (sequence of 0/1) or a function of the bits") from None
+    if len(t) != 1 << r:
+        raise ThresholdError(f"{where}: the truth table has length {len(t)}, expected 2^{r} = {1 << r} for |I| = {r}")
+    if any(v not in (0, 1) for v in t):
+        raise ThresholdError(f"{where}: truth table entries must be 0 or 1")
+    return tuple(t)
+
+
+def _is_index_set(item: Any) -> bool:
+    return isinstance(item, (list, tuple, np.ndarray)) and all(
+        isinstance(v, (int, np.integer)) and not isinstance(v, bool) for v in item)
+
+
+def normalize_features(n: int, features: Sequence[Any], g: Any, k: int | None) -> tuple[np.ndarray, np.ndarray, list]:
+    """Validate features; return (index [m, k] int64, 1-based, 0 = unused slot), (type [m] int64,
+    -1 for an empty feature), and the list of types [(arity, table)]."""
+    if not isinstance(features, (list, tuple)):
+        raise ThresholdError("features must be a list of index sets (or of (index set, g) pairs)")
+    m = len(features)
+    if not 1 <= m <= n:
+        raise ThresholdError(f"features: the number of features must lie in [1, n] = [1, {n}], got {m}")
+    sets, gs = [], []
+    for j, item in enumerate(features):
+        if _is_index_set(item):
+            sets.append([int(v) for v in item])
+            gs.append(None)
+        elif isinstance(item, (list, tuple)) and len(item) == 2 and _is_index_set(item[0]):
+            sets.append([int(v) for v in item[0]])
+            gs.append(item[1])
+        else:
+            raise ThresholdError(f"features[{j}] must be an index set (ints in [1, {n}]) or a pair (index set, g)")
+    kmax = max((len(s) for s in sets), default=0)
+    if k is None:
+        k = max(1, kmax)
+    if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or not 1 <= k <= MAX_K:
+        raise ThresholdError(f"k must be an integer in [1, {MAX_K}], got {k!r}")
+    k = int(k)
+    types: list[tuple[int, tuple[int, ...]]] = []
+    type_id: dict = {}
+    tables: dict = {}  # (id(g), arity) -> table, so a shared g is evaluated once
+    index = np.zeros((m, k), dtype=np.int64)
+    ftype = np.full(m, -1, dtype=np.int64)
+    for j, (s, gj) in enumerate(zip(sets, gs)):
+        if len(s) > k:
+            raise ThresholdError(f"features[{j}]: |I_j| = {len(s)} exceeds k = {k} (allowed: |I_j| <= k)")
+        if any(not 1 <= v <= n for v in s):
+            bad = next(v for v in s if not 1 <= v <= n)
+            raise ThresholdError(f"features[{j}]: index {bad} out of range; indices must lie in [1, n] = [1, {n}]")
+        if len(set(s)) != len(s):
+            raise ThresholdError(f"features[{j}]: index set {s} repeats an index (indices must be distinct)")
+        index[j, : len(s)] = s
+        if not s:
+            continue
+        gg = gj if gj is not None else g
+        if gg is None:
+            raise ThresholdError(f"features[{j}]: no g given (pass g=... or (index set, g) pairs)")
+        tk = (id(gg), len(s))
+        if tk not in tables:
+            tables[tk] = (gg, _table_of(gg, len(s), f"features[{j}]"))  # keep gg alive while its id is a key
+        key = (len(s), tables[tk][1])
+        if key not in type_id:
+            type_id[key] = len(types)
+            types.append(key)
+        ftype[j] = type_id[key]
+    return index, ftype, types
+
+
+def feature_values(index: np.ndarray, ftype: np.ndarray, types: list, x: np.ndarray) -> np.ndarray:
+    """g_j(x_{I_j}) for x [B, N] in {0, 1}: int64 [B, m] (vectorised per type)."""
+    x = np.asarray(x, dtype=np.int64)
+    B, m = x.shape[0], len(ftype)
+    out = np.zeros((B, m), dtype=np.int64)
+    for t, (r, table) in enumerate(types):
+        sel = np.flatnonzero(ftype == t)
+        if not sel.size:
+            continue
+        code = np.zeros((B, sel.size), dtype=np.int64)
+        for h in range(r):
+            code = code * 2 + x[:, index[sel, h] - 1]
+        out[:, sel] = np.asarray(table, dtype=np.int64)[code]
+    return out
+
+
+def literal_features(n: int, clauses: Sequence[Sequence[int]], kind: str, k: int | None) -> tuple[list, int]:
+    """(index set, table) pairs for DNF terms (AND of literals) or CNF clauses (OR of literals)."""
+    if not isinstance(clauses, (list, tuple)) or not clauses:
+        raise ThresholdError(f"{'terms' if kind == 'dnf' else 'clauses'} must be a non-empty list of literal lists")
+    if len(clauses) > n:
+        raise ThresholdError(f"at most n = {n} {'terms' if kind == 'dnf' else 'clauses'} are allowed, got {len(clauses)}")
+    out = []
+    for j, c in enumerate(clauses):
+        if not _is_index_set(c) or not len(c):
+            raise ThresholdError(f"clause {j}: must be a non-empty list of nonzero ints (literals +v / -v, v in [1, {n}])")
+        lits = [int(v) for v in c]
+        if any(v == 0 or abs(v) > n for v in lits):
+            bad = next(v for v in lits if v == 0 or abs(v) > n)
+            raise ThresholdError(f"clause {j}: literal {bad} out of range; literals are +v or -v with v in [1, n] = [1, {n}]")
+        vars_ = [abs(v) for v in lits]
+        if len(set(vars_)) != len(vars_):
+            raise ThresholdError(f"clause {j}: {lits} repeats a variable")
+        if k is not None and len(lits) > k:
+            raise ThresholdError(f"clause {j}: {len(lits)} literals exceed k = {k} (allowed: at most k literals)")
+        want = tuple(1 if v > 0 else 0 for v in lits)
+        table = [0] * (1 << len(lits))
+        for idx, bits in enumerate(itertools.product((0, 1), repeat=len(lits))):
+            if kind == "dnf":
+                table[idx] = int(bits == want)
+            else:
+                table[idx] = int(bits != tuple(1 - w for w in want))
+        out.append((vars_, table))
+    return out, len(clauses)
+
+
+def random_clauses(n: int, m: int, k: int, seed: int) -> list[list[int]]:
+    """m random clauses of k distinct variables with random signs (seeded)."""
+    rng = np.random.default_rng(seed)
+    k = min(k, n)
+    out = []
+    for _ in range(m):
+        vs = rng.choice(n, size=k, replace=False) + 1
+        sg = rng.choice([-1, 1], size=k)
+        out.append([int(v * s) for v, s in zip(vs, sg)])
+    return out
+
+
+def _bits_of(ints: np.ndarray, n: int) -> np.ndarray:
+    """[B] ints -> [B, n] bits, bit 0 of the input = most significant."""
+    shifts = np.arange(n - 1, -1, -1, dtype=np.int64)
+    return ((ints[:, None] >> shifts[None, :]) & 1).astype(np.int64)
+
+
+class _BooleanTask(Task):
+    """Inputs x [B, N] of N bits (values in {-1, 1} when ``pm1``, else {0, 1}); ``bos``: a BOS
+    token (id 2) precedes the bits. Token ids: bit value v -> 0 (v = -1 or 0) / 1 (v = 1)."""
+
+    pm1 = False
+    bos = False
+
+    def length(self, model: CompiledModel) -> int:
+        return model.n + int(self.bos)
+
+    def domains(self, model: CompiledModel) -> Domains:
+        of = np.ones(self.length(model), dtype=np.int64)
+        if self.bos:
+            of[0] = 0
+        return Domains([np.array([2]), np.array([0, 1])], of)
+
+    def encode_arrays(self, model: CompiledModel, x: np.ndarray) -> np.ndarray:
+        x = np.asarray(x)
+        n = model.n
+        allowed = (-1, 1) if self.pm1 else (0, 1)
+        if x.ndim != 2 or x.shape[1] != n:
+            raise ThresholdError(f"inputs must have shape [B, {n}] (N = {n} values each), got {x.shape}")
+        if x.size and not np.all(np.isin(x, allowed)):
+            raise ThresholdError(f"input values must lie in {{{allowed[0]}, {allowed[1]}}}")
+        tok = (x == 1).astype(np.int32)
+        if self.bos:
+            tok = np.concatenate([np.full((len(x), 1), 2, dtype=np.int32), tok], axis=1)
+        return tok
+
+    def to_arrays(self, model: CompiledModel, examples: list[Any]) -> tuple[np.ndarray]:
+        rows = []
+        allowed = (-1, 1) if self.pm1 else (0, 1)
+        for e in examples:
+            e = e[0] if isinstance(e, tuple) and len(e) == 1 else e
+            if not isinstance(e, (list, tuple, np.ndarray)) or len(e) != model.n:
+                raise ThresholdError(f"an input is a list of N = {model.n} values in {{{allowed[0]}, {allowed[1]}}}")
+            if any(isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v not in allowed for v in e):
+                raise ThresholdError(f"input values must be the integers {allowed[0]} or {allowed[1]}")
+            rows.append([int(v) for v in e])
+        return (np.asarray(rows, dtype=np.int64).reshape(len(rows), model.n),)
+
+    def batch(self, model: CompiledModel, x: np.ndarray) -> Batch:
+        x = np.asarray(x, dtype=np.int64)
+        return Batch((x,), self.encode_arrays(model, x), self.truth(model, x).astype(np.int64))
+
+    def count(self, model: CompiledModel) -> int:
+        return 1 << model.n
+
+    def _from_bits(self, bits: np.ndarray) -> np.ndarray:
+        return 2 * bits - 1 if self.pm1 else bits
+
+    def exhaustive(self, model: CompiledModel, batch: int = 4096) -> Iterator[Batch]:
+        """All 2^N inputs, in counting order."""
+        n = model.n
+        total = 1 << n
+        for s in range(0, total, batch):
+            ints = np.arange(s, min(total, s + batch), dtype=np.int64)
+            yield self.batch(model, self._from_bits(_bits_of(ints, n)))
+
+    def sample(self, model: CompiledModel, count: int, seed: int, batch: int = 256) -> Iterator[Batch]:
+        rng = np.random.default_rng(seed)
+        for done in range(0, count, batch):
+            yield self.batch(model, self._draw(model, rng, min(batch, count - done)))
+
+    def _draw(self, model: CompiledModel, rng: np.random.Generator, b: int) -> np.ndarray:
+        p = rng.random((b, 1))
+        return self._from_bits((rng.random((b, model.n)) < p).astype(np.int64))
+
+    def adversarial(self, model: CompiledModel, count: int, seed: int, batch: int = 256) -> Iterator[Batch]:
+        """Rounds of adversarial inputs (see each task's ``_adversarial_round``), streamed: a round
+        is a list of arrays or of iterables of arrays, consumed lazily, so single-bit flips of an
+        N-bit input never form an N x N array."""
+        rng = np.random.default_rng(seed)
+        done = 0
+        while done < count:
+            produced = False
+            for part in self._adversarial_round(model, rng):
+                for arr in ([part] if isinstance(part, np.ndarray) else part):
+                    for s in range(0, len(arr), batch):
+                        if done >= count:
+                            return
+                        b = min(batch, count - done, len(arr) - s)
+                        yield self.batch(model, arr[s : s + b])
+                        done += b
+                        produced = True
+            if not produced:
+                return
+
+    def candidates(self, model: CompiledModel, hint: dict, count: int) -> Iterator[Batch]:
+        if hint.get("counts"):
+            x = self.with_count(model, np.asarray(hint["counts"][:16], dtype=np.int64), np.random.default_rng(5))
+            if len(x):
+                yield self.batch(model, x)
+        yield from super().candidates(model, hint, count)
+
+    def with_count(self, model: CompiledModel, targets: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+        """Inputs whose feature count equals one of ``targets`` (best effort)."""
+        raise NotImplementedError
+
+    def _adversarial_round(self, model, rng) -> list[np.ndarray]:
+        raise NotImplementedError
+
+
+def _single_flips(x: np.ndarray, pm1: bool, chunk: int = 256) -> Iterator[np.ndarray]:
+    """[B, n] -> chunks of at most ``chunk`` rows, together every input with exactly one bit
+    flipped (input-major order), generated lazily."""
+    B, n = x.shape
+    for i in range(B):
+        for s in range(0, n, chunk):
+            j = np.arange(s, min(n, s + chunk))
+            out = np.repeat(x[i : i + 1], len(j), axis=0)
+            rows = np.arange(len(j))
+            out[rows, j] = -out[rows, j] if pm1 else 1 - out[rows, j]
+            yield out
+
+
+# ------------------------------------------------------------------------------------------------
+# Equality / Inequality
+# ------------------------------------------------------------------------------------------------
+
+
+class EqualityTask(_BooleanTask):
+    """EQ(x) = [x_{1..N/2} = x_{N/2+1..N}] (``complement``: INEQ = 1 - EQ), x in {-1, 1}^N."""
+
+    pm1 = True
+    ENCODING = {"inputs": [{"name": "x", "type": "N ints in {-1, 1}"}],
+                "tokens": [{"for_each": "x", "token": "{:+d}"}]}
+
+    def __init__(self, complement: bool = False):
+        self.complement = complement
+
+    def truth(self, model: CompiledModel, x: np.ndarray) -> np.ndarray:
+        x = np.asarray(x)
+        h = x.shape[1] // 2
+        eq = np.all(x[:, :h] == x[:, h:], axis=1).astype(np.int64)
+        return 1 - eq if self.complement else eq
+
+    def spec(self, model: CompiledModel) -> CountThreshold:
+        """[#{i <= N/2 : x_i != x_{i+N/2}} > 0], negated for EQ."""
+        h = model.n // 2
+        xor = np.array([[0, 1], [1, 0]], dtype=np.int64)
+        pairs = np.stack([np.arange(h), np.arange(h) + h], axis=1)
+        return CountThreshold(model.n - 1, [(pairs, xor)], 0, not self.complement, (0, 1))
+
+    def _draw(self, model, rng, b):
+        n, h = model.n, model.n // 2
+        x = rng.choice(np.array([-1, 1]), size=(b, n))
+        copy = rng.random(b) < 0.5
+        x[copy, h:] = x[copy, :h]
+        flips = np.where(rng.random(b) < 0.5, 0, rng.integers(1, 4, size=b)) * copy
+        for i in np.flatnonzero(flips):
+            j = rng.choice(n, size=min(int(flips[i]), n), replace=False)
+            x[i, j] *= -1
+        return x
+
+    def _adversarial_round(self, model, rng):
+        """One input with equal halves, then all N single-bit flips of it."""
+        n, h = model.n, model.n // 2
+        base = rng.choice(np.array([-1, 1]), size=(1, n))
+        base[:, h:] = base[:, :h]
+        return [base, _single_flips(base, True)]
+
+    def with_count(self, model: CompiledModel, targets: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+        """Inputs with exactly ``targets[r]`` mismatched pairs (with and without the last pair)."""
+        n, h = model.n, model.n // 2
+        rows = []
+        for t in targets:
+            t = int(min(max(t, 0), h))
+            for last in (True, False):
+                x = rng.choice(np.array([-1, 1]), size=n)
+                x[h:] = x[:h]
+                pairs = np.arange(h) if t == 0 else (
+                    np.r_[h - 1, rng.permutation(h - 1)[: t - 1]] if last else rng.permutation(h)[:t])
+                x[h + pairs[:t]] *= -1
+                rows.append(x)
+        return np.asarray(rows)
+
+
+def threshold_spec(model: CompiledModel) -> tuple[np.ndarray, np.ndarray, list, int]:
+    """(feature index [m, k] 1-based, type [m], types [(arity, table)], b) of a threshold model,
+    re-derived from the clause list for DNF / CNF and from N for Disjointness (so the spec does
+    not depend on stored feature tables); read from ``task_params`` for general THRES."""
+    tp = model.task_params
+    kind, n = tp.get("kind", "threshold"), model.n
+    if kind == "disjointness":
+        h = n // 2
+        feats = [[i, i + h] for i in range(1, h + 1)]
+        idx, ft, types = normalize_features(n, feats, [1, 1, 1, 0], 2)
+        return idx, ft, types, h - 1
+    if kind in ("dnf", "cnf"):
+        feats, m = literal_features(n, tp["clauses"], kind, None)
+        idx, ft, types = normalize_features(n, feats, None, int(tp.get("k", 0)) or None)
+        return idx, ft, types, (0 if kind == "dnf" else m - 1)
+    types = [(int(a), tuple(int(v) for v in t)) for a, t in tp["types"]]
+    return np.asarray(tp["feature_index"], dtype=np.int64), np.asarray(tp["feature_type"], dtype=np.int64), types, int(tp["b"])
+
+
+class ThresholdTask(_BooleanTask):
+    """Th_b over k-sparse features, x in {0, 1}^N, a BOS token first. ``kind`` selects the ground
+    truth: "threshold" (the stored definition), "disjointness", "dnf", "cnf" (their definitions)."""
+
+    bos = True
+    ENCODING = {"inputs": [{"name": "x", "type": "N ints in {0, 1}"}],
+                "tokens": [{"token": "BOS"}, {"for_each": "x", "token": "{}"}]}
+
+    def __init__(self, kind: str = "threshold"):
+        if kind not in ("threshold", "disjointness", "dnf", "cnf"):
+            raise ValueError(f"kind must be one of threshold, disjointness, dnf, cnf; got {kind!r}")
+        self.kind = kind
+
+    def _spec(self, model):
+        return threshold_spec(model)
+
+    def feature_counts(self, model: CompiledModel, x: np.ndarray) -> np.ndarray:
+        idx, ft, types, _ = self._spec(model)
+        return feature_values(idx, ft, types, x).sum(axis=1)
+
+    def spec(self, model: CompiledModel) -> CountThreshold:
+        """[sum_j g_j(x_{I_j}) > b]; input bit i (1-based) is token position i (BOS at 0)."""
+        idx, ft, types, b = self._spec(model)
+        feats = [(idx[ft == tau, :r], np.asarray(table, dtype=np.int64).reshape((2,) * r))
+                 for tau, (r, table) in enumerate(types)]
+        return CountThreshold(model.n, feats, b, False, (0, 1))
+
+    def truth(self, model: CompiledModel, x: np.ndarray) -> np.ndarray:
+        x = np.asarray(x, dtype=np.int64)
+        n = model.n
+        if self.kind == "disjointness":
+            h = n // 2
+            return (~np.any((x[:, :h] == 1) & (x[:, h:] == 1), axis=1)).astype(np.int64)
+        if self.kind in ("dnf", "cnf"):
+            out = np.zeros(len(x), dtype=bool) if self.kind == "dnf" else np.ones(len(x), dtype=bool)
+            for c in model.task_params["clauses"]:
+                lits = np.asarray(c, dtype=np.int64)
+                vals = np.where(lits[None, :] > 0, x[:, np.abs(lits) - 1] == 1, x[:, np.abs(lits) - 1] == 0)
+                if self.kind == "dnf":
+                    out |= np.all(vals, axis=1)
+                else:
+                    out &= np.any(vals, axis=1)
+            return out.astype(np.int64)
+        b = self._spec(model)[3]
+        return (self.feature_counts(model, x) > b).astype(np.int64)
+
+    def with_count(self, model: CompiledModel, targets: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+        x, found = self.search_count(model, targets, rng)
+        return x[found]
+
+    def search_count(self, model: CompiledModel, targets: np.ndarray, rng: np.random.Generator,
+                     rounds: int = 4) -> tuple[np.ndarray, np.ndarray]:
+        """Seeded search for inputs whose feature count S equals ``targets`` [R].
+
+        1. Bisection along a random path: draw u and v (random densities) and a random order of the
+           bits; x(t) takes v's first t bits (in that order) and u's others. When S(u) and S(v) lie
+           on both sides of the target, bisection on t finds adjacent t, t + 1 whose counts straddle
+           it, so S(x(t)) is within one bit's degree (features per bit) of the target.
+        2. Finish by best single flips (exact deltas from the bit -> features incidence), with a
+           random flip when no flip improves.
+        Returns (x [R, N], found [R] bool). Best effort: exact counts can be NP-hard to reach (e.g.
+        all clauses of a CNF true), so callers use what is found."""
+        idx, ft, types, _ = self._spec(model)
+        n = model.n
+        targets = np.asarray(targets, dtype=np.int64)
+        R = len(targets)
+        S_of = lambda x: feature_values(idx, ft, types, x).sum(axis=1)  # noqa: E731
+        best = (rng.random((R, n)) < 0.5).astype(np.int64)
+        found = np.zeros(R, dtype=bool)
+        for _ in range(rounds):
+            todo = np.flatnonzero(~found)
+            if not todo.size:
+                break
+            r = len(todo)
+            u = (rng.random((r, n)) < rng.random((r, 1))).astype(np.int64)
+            v = (rng.random((r, n)) < rng.random((r, 1))).astype(np.int64)
+            if rng.random() < 0.5:
+                u[: r // 2], v[: r // 2] = 0, 1  # the extreme path all-0 -> all-1 for half of the rows
+            rank = np.argsort(rng.random((r, n)), axis=1).argsort(axis=1)
+            tgt = targets[todo]
+            lo, hi = np.zeros(r, dtype=np.int64), np.full(r, n, dtype=np.int64)
+            s_lo, s_hi = S_of(u) - tgt, S_of(v) - tgt
+            ok = np.sign(s_lo) * np.sign(s_hi) <= 0
+            while np.any(ok & (hi - lo > 1)):
+                mid = (lo + hi) // 2
+                s_mid = S_of(np.where(rank < mid[:, None], v, u)) - tgt
+                go_hi = np.sign(s_mid) * np.sign(s_lo) > 0  # same side as lo: move lo up
+                act = ok & (hi - lo > 1)
+                lo = np.where(act & go_hi, mid, lo)
+                s_lo = np.where(act & go_hi, s_mid, s_lo)
+                hi = np.where(act & ~go_hi, mid, hi)
+                s_hi = np.where(act & ~go_hi, s_mid, s_hi)
+            t = np.where(np.abs(s_lo) <= np.abs(s_hi), lo, hi)
+            x = np.where(rank < t[:, None], v, u)
+            x = self._finish(model, x, tgt, rng)
+            hit = S_of(x) == tgt
+            best[todo[hit]] = x[hit]
+            found[todo[hit]] = True
+        return best, found
+
+    def _finish(self, model, x, targets, rng, steps: int = 24) -> np.ndarray:
+        """Best single flips toward the targets (exact deltas via the incidence of bits in features)."""
+        idx, ft, types, _ = self._spec(model)
+        n, m = model.n, len(ft)
+        if not m:
+            return x
+        # incidence: features containing each bit, padded with -1
+        rows_f = np.repeat(np.arange(m), idx.shape[1])
+        vars_ = idx.reshape(-1) - 1
+        keep = vars_ >= 0
+        rows_f, vars_ = rows_f[keep], vars_[keep]
+        order = np.argsort(vars_, kind="stable")
+        rows_f, vars_ = rows_f[order], vars_[order]
+        deg = np.bincount(vars_, minlength=n)
+        D = max(1, int(deg.max()) if deg.size else 1)
+        inc = np.full((n, D), -1, dtype=np.int64)
+        slot = np.arange(len(vars_)) - np.repeat(np.cumsum(deg) - deg, deg)
+        inc[vars_, slot] = rows_f
+        x = x.copy()
+        for i in range(len(x)):
+            for _ in range(steps):
+                g = feature_values(idx, ft, types, x[i : i + 1])[0]
+                S = int(g.sum())
+                if S == targets[i]:
+                    break
+                # value of every incident feature with bit j flipped: bit c of the input with bit
+                # r flipped is x[c] ^ (r == c) (no N x N array of flipped inputs)
+                xi = x[i]
+                f_ids = inc.reshape(-1)
+                valid = f_ids >= 0
+                new_vals = np.zeros(n * D, dtype=np.int64)
+                rows = np.repeat(np.arange(n), D)[valid]
+                sub_idx, sub_ft = idx[f_ids[valid]], ft[f_ids[valid]]
+                for tau, (ar, table) in enumerate(types):
+                    sel = sub_ft == tau
+                    if not np.any(sel):
+                        continue
+                    code = np.zeros(int(sel.sum()), dtype=np.int64)
+                    for h in range(ar):
+                        col = sub_idx[sel, h] - 1
+                        code = code * 2 + (xi[col] ^ (rows[sel] == col))
+                    tmp = np.zeros(int(valid.sum()), dtype=np.int64)
+                    tmp[sel] = np.asarray(table, dtype=np.int64)[code]
+                    new_vals[np.flatnonzero(valid)[sel]] = tmp[sel]
+                old_vals = np.where(valid, g[np.maximum(f_ids, 0)], 0)
+                delta = (new_vals - old_vals).reshape(n, D).sum(axis=1)
+                dist = np.abs(S + delta - targets[i])
+                cand = np.flatnonzero(dist == dist.min())
+                if dist.min() >= abs(S - targets[i]):
+                    cand = np.arange(n)  # stuck: random flip
+                x[i, int(rng.choice(cand))] ^= 1
+        return x
+
+    def _adversarial_round(self, model, rng):
+        """Inputs with exactly b and b + 1 true features and all their single-bit flips."""
+        b = self._spec(model)[3]
+        m = len(self._spec(model)[1])
+        targets = np.array([t for t in (b, b + 1) if 0 <= t <= m] * 2, dtype=np.int64)
+        x = self.with_count(model, targets, rng)
+        if not len(x):  # nothing reachable: fall back to random inputs so the source never stalls
+            return [self._draw(model, rng, 8)]
+        return [x, _single_flips(x, False)]
+
+
+def parse_clauses(text: str, name: str = "clauses") -> list[list[int]]:
+    """'1,-2;3,4' -> [[1, -2], [3, 4]] (the CLI's --clauses / --terms; ``name`` is named in errors)."""
+    form = f"{name} must look like '1,-2;3,4' (literals +v / -v separated by ',', {name} separated by ';')"
+    if not isinstance(text, str) or not text.strip():
+        raise ThresholdError(form)
+    try:
+        out = [[int(v) for v in part.split(",")] for part in text.split(";")]
+    except ValueError:
+        raise ThresholdError(f"{form}, got {text!r}") from None
+    return out

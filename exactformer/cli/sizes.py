@@ -1,0 +1,114 @@
+"""``exactformer sizes``: built sizes against the papers' lower bounds, as a table, JSON, CSV or plot.
+
+Registered by exactformer/cli/main.py as ``app.command("sizes")(sizes)``. Bad arguments print one line
+``error: <parameter>: <allowed>`` to stderr and exit with status 2 (with ``--json``, stdout also
+holds ``{"error": ...}``). With ``--json`` stdout holds exactly one JSON object (schema in
+docs/sizes.md); progress goes to stderr, on a terminal only.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Callable, Optional
+
+import typer
+
+from exactformer.verify.bounds import sizes as sz
+from exactformer.cli.output import fail, print_json, print_table
+
+
+def _specs(values: list[str] | None) -> list[sz.SizeSpec]:
+    if not values:
+        return list(sz.SIZE_SPECS.values())
+    names = [v.strip() for item in values for v in item.split(",") if v.strip()]
+    return [sz.spec(name) for name in dict.fromkeys(names)]
+
+
+def _progress(total: int, quiet: bool) -> Callable[[], None] | None:
+    """A bar on stderr, on a terminal only (a log gets no bar updates)."""
+    if quiet or not sys.stderr.isatty():
+        return None
+    from tqdm import tqdm
+
+    return tqdm(total=total, unit="rows", file=sys.stderr, leave=False).update
+
+
+def _rows_provider(recompute: bool, specs: list[sz.SizeSpec], ns: list[int]) -> sz.SizeProvider | None:
+    """The committed size data (docs/figures/sizes.json) unless ``recompute``; None: compute every
+    row (:data:`sz.SIZE_PROVIDER`). Says on stderr which rows are computed and why."""
+    if recompute:
+        return None
+    committed = sz.committed_sizes()
+    if committed is None:
+        typer.echo(f"note: no committed size data ({sz.COMMITTED_DATA}, part of a source checkout): computing "
+                   "every row (builders run shapes-only; minutes for the whole table)", err=True)
+        return None
+    missing = [(s.name, n) for s in specs for n in ns if not committed.holds(s, n)]
+    if missing:
+        examples = ", ".join(f"{name} N={sz.fmt_n(n)}" for name, n in missing[:3]) + (", ..." if len(missing) > 3 else "")
+        typer.echo(f"note: {len(missing)} of {len(specs) * len(ns)} rows are not in the committed size data "
+                   f"({examples}): computing them (builders run shapes-only; large N can take minutes)", err=True)
+    return committed
+
+
+def sizes(
+    construction: Optional[list[str]] = typer.Option(
+        None, "--construction", help=f"repeatable or comma list; default all: {', '.join(sz.SIZE_SPECS)}"),
+    n_min: str = typer.Option("2^4", "--n-min", help="smallest N: an integer or 2^k in [2, 2^30]"),
+    n_max: str = typer.Option("2^30", "--n-max", help="largest N: an integer or 2^k in [2, 2^30]"),
+    step: int = typer.Option(1, "--step", help="log2 step between rows (N = n-min * 2^(step j))"),
+    json: bool = typer.Option(False, "--json", help="print one JSON object on stdout (schema: docs/cli.md, docs/sizes.md)"),
+    csv: bool = typer.Option(False, "--csv", help="print CSV"),
+    plot: Optional[Path] = typer.Option(None, "--plot", help="draw the families of the constructions into FILE (.png or .svg)"),
+    figures: Optional[Path] = typer.Option(None, "--figures", help="write every figure and its data into DIR"),
+    doc: Optional[Path] = typer.Option(None, "--doc", help="with --figures: rewrite the generated tables of this Markdown file"),
+    recompute: bool = typer.Option(
+        False, "--recompute", help="compute every row (builders run shapes-only; minutes for the whole table) instead "
+                                   "of reading the committed data docs/figures/sizes.json"),
+) -> None:
+    """Sizes of the built models (layers, heads, width, precision, bits) beside the lower bounds.
+
+    Rows come from the committed size data (docs/figures/sizes.json: every construction at
+    N = 2^4 .. 2^30); rows it does not hold (other N, changed constructions) are computed, and
+    --recompute computes every row."""
+    try:
+        if sum(bool(x) for x in (json and not figures, csv, plot, figures)) > 1:
+            raise sz.SizesError("--json/--csv/--plot/--figures: at most one of them (--json may go with --figures)")
+        if doc is not None and figures is None:
+            raise sz.SizesError("--doc: only together with --figures DIR")
+        if doc is not None and not doc.is_file():
+            raise sz.SizesError(f"--doc: an existing Markdown file, got {str(doc)!r}")
+        if plot is not None and plot.suffix.lower() not in (".png", ".svg"):
+            raise sz.SizesError(f"--plot: a file name ending in .png or .svg, got {plot.name!r}")
+        specs = _specs(construction)
+        ns = sz.n_values(sz.parse_n(n_min, "--n-min"), sz.parse_n(n_max, "--n-max"), step)
+        provider = _rows_provider(recompute, specs, ns)
+        if figures is not None:
+            paths = sz.generate_figures(figures, ns, provider, specs=specs, doc_path=doc,
+                                        progress=_progress(len(specs) * len(ns), json))
+            if json:
+                print_json({"written": [str(p) for p in paths]})
+            else:
+                typer.echo("\n".join(str(p) for p in paths))
+            return
+        if plot is not None:
+            fams = sz.figure_families(s.family for s in specs)
+            sz.plot_families([(f, sz.family_series(f, ns, provider, specs)) for f in fams], plot)
+            typer.echo(str(plot))
+            return
+        doc_ = sz.report(specs, ns, provider, _progress(len(specs) * len(ns), json))
+    except sz.SizesError as e:
+        fail(str(e), json)
+    if json:
+        print_json(doc_)
+    elif csv:
+        sys.stdout.write(sz.report_csv(doc_))
+    else:
+        _print_tables(doc_)
+
+
+def _print_tables(doc: dict) -> None:
+    for name, d in doc["specs"].items():
+        head, cells = sz.spec_table(doc, name)
+        print_table(f"{name} ({d['family']}); p* = reference precision (not built)", head, cells)

@@ -1,0 +1,67 @@
+"""Running a model as users run it: the exported float forward pass in torch.
+
+:func:`run_torch` gives the same :class:`~exactformer.verify.executor.exact.RunResult` as the exact
+executor, computed by :func:`exactformer.constructions.export.files.to_torch` in float32 or float64 (the
+module the float certificates describe, HookedTransformer's order of operations). Modules are kept
+per (model content fingerprint, dtype).
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections import OrderedDict
+
+import numpy as np
+import torch
+
+from exactformer.constructions.export.files import to_torch
+from exactformer.constructions.export.floats import ArithmeticWarning
+from exactformer.constructions.core.ir import CompiledModel, Inputs
+from exactformer.verify.executor.exact import RunResult, decode_logits
+
+#: float32/float64 are the arithmetics the float certificates cover; bfloat16/float16 run for
+#: measurement only (benchmarks/bench_float_samples.py): nothing certifies them.
+DTYPES = {"float32": torch.float32, "float64": torch.float64, "bfloat16": torch.bfloat16, "float16": torch.float16}
+MEMORY_BUDGET = 1 << 30  # bytes of attention scores held at once; batches are sized to it
+_MODULES: "OrderedDict[tuple, torch.nn.Module]" = OrderedDict()
+
+
+def run_torch(model: CompiledModel, tokens: np.ndarray, dtype: str = "float64") -> RunResult:
+    """Logits at the answer positions [B, A, V] (float64 values of the dtype's results).
+
+    The dense forward pass holds a [batch, heads, T, T] score tensor; batches are sized so that it
+    stays under MEMORY_BUDGET, and an input too long for one (a ValueError) is refused, not run."""
+    if dtype not in DTYPES:
+        raise ValueError(f"dtype must be one of {sorted(DTYPES)}, got {dtype!r}")
+    vectors = None
+    if isinstance(tokens, Inputs):  # vector inputs (Theorem 7): exact values, rounded once to dtype
+        vectors, tokens = tokens.vectors.num / tokens.vectors.den, tokens.tokens
+    tokens = np.asarray(tokens, dtype=np.int64)
+    if tokens.ndim == 1:
+        tokens, vectors = tokens[None], None if vectors is None else vectors[None]
+    T = tokens.shape[1]
+    heads = max([b.attn.n_heads for b in model.blocks] + [1])
+    per_input = 3 * heads * T * T * DTYPES[dtype].itemsize  # scores, pattern and a temporary
+    if per_input > MEMORY_BUDGET:
+        raise ValueError(f"an input of length {T} needs {per_input >> 20} MiB of attention scores in the dense "
+                         f"torch forward pass (budget {MEMORY_BUDGET >> 20} MiB)")
+    batch_size = max(1, min(64, MEMORY_BUDGET // per_input))
+    key = (model.fingerprint(), dtype)
+    module = _MODULES.get(key)
+    if module is None:
+        with warnings.catch_warnings():  # the arithmetic warning is for users; running it here is the check
+            warnings.simplefilter("ignore", ArithmeticWarning)
+            module = to_torch(model, dtype=DTYPES[dtype])
+        _MODULES[key] = module
+        while len(_MODULES) > 4:
+            _MODULES.popitem(last=False)
+    pos = model.answer_positions_for(tokens.shape[1])
+    parts = []
+    with torch.no_grad():
+        for s in range(0, len(tokens), batch_size):
+            vec = None if vectors is None else torch.as_tensor(vectors[s : s + batch_size], dtype=torch.float64)
+            out = module(torch.as_tensor(tokens[s : s + batch_size]), vec)
+            parts.append(out[:, torch.as_tensor(pos)].double().numpy())
+    logits = np.concatenate(parts) if parts else np.zeros((0, pos.size, len(model.answers)))
+    answers, margin = decode_logits(model, logits)
+    return RunResult(logits, answers, margin, {})
