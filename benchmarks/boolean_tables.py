@@ -59,7 +59,7 @@ def size_table(kind: str, lo: int, hi: int, certify_up_to: int = 20) -> str:
             tc = time.perf_counter() - t1
             cert = ("proved, one-hot" if one_hot(r) else "proved") if r.passed else "FAILED: " + r.reason
         heads = "+".join(str(b.attn.n_heads) for b in m.blocks)
-        rows.append(f"| 2^{e} | {m.code.family}, {P['k'].value} | {P['mu'].value} | {P['eta'].value} (= {float(P['eta'].value):.4g}) | "
+        rows.append(f"| 2^{e} | {m.position_code.family}, {P['k'].value} | {P['mu'].value} | {P['eta'].value} (= {float(P['eta'].value):.4g}) | "
                     f"{P['eta_paper'].value:.4g} | {P['Kc'].value:.3g} | {m.precision} | {P['precision_bits'].value} | "
                     f"{m.d_model} | {m.width} | {m.d_mlp} | {heads} | {m.parameter_count()} | {P['size_bits'].value} | "
                     f"{cert} | {tb:.2f} | {tc:.2f} |")
@@ -124,7 +124,7 @@ def eta_precision_table(kind: str, lo: int, hi: int, positions: str = "reed-solo
     for e in range(lo, hi + 1):
         n = 1 << e
         m = build(n, positions=positions)
-        code = m.code
+        code = m.position_code
         fmt = parse_format(m.precision)
         unit = fmt.step / Fraction(code.gram_scale)
         j_hi = int(m.params["eta"].value / unit)

@@ -30,7 +30,7 @@ def table(alphabet: int, lo: int, hi: int) -> str:
         mini = index_lookup(n, alphabet, eta="minimal")
         p = m.params
         bits = p["precision_bits"].value
-        rows.append(f"| 2^{e} | {m.code.family} | {p['k'].value} | {float(p['eta'].value):.4g} | {m.precision} | {bits} | "
+        rows.append(f"| 2^{e} | {m.position_code.family} | {p['k'].value} | {float(p['eta'].value):.4g} | {m.precision} | {bits} | "
                     f"{float(mini.params['eta'].value):.4g} | {mini.precision} | {p['eta_paper'].value:.4g} | "
                     f"{m.d_model} | {m.width} | {3 * n + 9} | {m.parameter_count()} | {m.size_bits(bits)} | {dt:.2f} |")
     return "\n".join(rows)

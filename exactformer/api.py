@@ -22,8 +22,8 @@ from typing import Any
 import numpy as np
 
 from exactformer.constructions.core import registry
-from exactformer.constructions.export.files import load as _load
-from exactformer.constructions.export.files import save as _save
+from exactformer.constructions.export import load as _load
+from exactformer.constructions.export import save as _save
 from exactformer.constructions.core.ir import CompiledModel
 from exactformer.precision import Format, parse_format
 from exactformer.arguments import BuildError
@@ -33,6 +33,8 @@ from exactformer.verify.executor.forward import Cache, forward_with_cache
 from exactformer.verify.mpc.check import MPCModel
 from exactformer.verify.verifier import Report, VerifyError, certified_arithmetics, check_model
 from exactformer.verify.verifier import verify as _verify
+
+__all__ = ["Model", "build", "builder", "load", "save", "BuildError", "VerifyError"]
 
 
 class Model:
@@ -129,7 +131,7 @@ def load(path: str | Path) -> Model:
 
 
 def save(model: Model | CompiledModel, out_dir: str | Path, certify: bool = True, **kwargs: Any) -> Path:
-    """Write ``model`` to ``out_dir`` (see :func:`exactformer.constructions.export.files.save` for
+    """Write ``model`` to ``out_dir`` (see :func:`exactformer.constructions.export.save` for
     ``dense`` / ``materialize_limit``). ``certify`` (default True) certifies it in its fixed-point
     format, float64 and float32 first and records the outcome as the manifest's
     ``certified_arithmetics``; False records nothing."""

@@ -49,10 +49,8 @@ def widen(model: CompiledModel, extra: int = 1) -> CompiledModel:
     def emb(e: Embedding) -> Embedding:
         return Embedding(e.n_rows, e.d_model + extra, _pad(e.table, 1, extra), e.table_first_row, e.blocks)
 
-    new = dataclasses.replace(model, embed=emb(model.embed), pos_embed=emb(model.pos_embed), blocks=blocks,
-                              W_U=_pad(model.W_U, 0, extra))
-    new.code = getattr(model, "code", None)  # type: ignore[attr-defined]
-    return new
+    return dataclasses.replace(model, embed=emb(model.embed), pos_embed=emb(model.pos_embed), blocks=blocks,
+                               W_U=_pad(model.W_U, 0, extra))
 
 
 def _set(t: ExactTensor, idx: tuple, value: Fraction) -> ExactTensor:
@@ -67,23 +65,17 @@ def _set(t: ExactTensor, idx: tuple, value: Fraction) -> ExactTensor:
 def _replace_attn(model: CompiledModel, layer: int, **kw: Any) -> CompiledModel:
     blocks = list(model.blocks)
     blocks[layer] = dataclasses.replace(blocks[layer], attn=dataclasses.replace(blocks[layer].attn, **kw))
-    new = dataclasses.replace(model, blocks=blocks)
-    new.code = getattr(model, "code", None)  # type: ignore[attr-defined]
-    return new
+    return dataclasses.replace(model, blocks=blocks)
 
 
 def _replace_mlp(model: CompiledModel, layer: int, **kw: Any) -> CompiledModel:
     blocks = list(model.blocks)
     blocks[layer] = dataclasses.replace(blocks[layer], mlp=dataclasses.replace(blocks[layer].mlp, **kw))
-    new = dataclasses.replace(model, blocks=blocks)
-    new.code = getattr(model, "code", None)  # type: ignore[attr-defined]
-    return new
+    return dataclasses.replace(model, blocks=blocks)
 
 
 def _with(model: CompiledModel, **kw: Any) -> CompiledModel:
-    new = dataclasses.replace(model, **kw)
-    new.code = getattr(model, "code", None)  # type: ignore[attr-defined]
-    return new
+    return dataclasses.replace(model, **kw)
 
 
 def mutate(model: CompiledModel, kind: str, rng: np.random.Generator, step: Fraction) -> CompiledModel:
@@ -151,9 +143,7 @@ def mutate(model: CompiledModel, kind: str, rng: np.random.Generator, step: Frac
         idx = tuple(nz[int(rng.integers(len(nz)))])
         old = Fraction(int(t.num[idx]), t.den)
         new = old + step * int(rng.choice([-1, 1])) if rng.random() < 0.5 else old * Fraction(2) ** int(rng.choice([-1, 1]))
-        new_model = model.replace_weight(name, _set(t, idx, new))
-        new_model.code = getattr(model, "code", None)  # type: ignore[attr-defined]
-        return new_model
+        return model.replace_weight(name, _set(t, idx, new))
     raise ValueError(f"unknown mutation kind {kind!r}")
 
 

@@ -73,7 +73,7 @@ def test_shapes_params_and_formulas():
     # eta_one_hot: the smallest grid value whose worst-case row is exactly one-hot in the format;
     # the default eta makes every worst-case row one-hot too
     eta, mu, eta_1h = m.params["eta"].value, m.params["mu"].value, m.params["eta_one_hot"].value
-    unit = fmt.step / Fraction(m.code.gram_scale)
+    unit = fmt.step / Fraction(m.position_code.gram_scale)
     assert one_hot(fmt, eta_1h, mu, 64) and (eta_1h == unit or not one_hot(fmt, eta_1h - unit, mu, 64))
     assert eta >= eta_1h and one_hot(fmt, eta, mu, 64)
     eq = equality(64, positions="reed-solomon")

@@ -13,7 +13,7 @@ import pytest
 import torch
 from safetensors.numpy import load_file
 
-from exactformer.constructions.export.files import (
+from exactformer.constructions.export import (
     EXACT_FILE,
     MANIFEST_FILE,
     WEIGHTS_FILE,
@@ -67,8 +67,8 @@ def test_round_trip_exact(model, tmp_path: Path):
     assert {k: p.value for k, p in m2.params.items()} == {k: p.value for k, p in model.params.items()}
     assert isinstance(m2.params["mu"].value, Fraction)
     # the code blocks are regenerated, and shared codes are shared again (certificates need it)
-    assert m2.embed.blocks and m2.embed.blocks[0].code is m2.pos_embed.blocks[0].code is m2.code
-    assert m2.code.k == model.code.k and m2.code.family == model.code.family
+    assert m2.embed.blocks and m2.embed.blocks[0].code is m2.pos_embed.blocks[0].code is m2.position_code
+    assert m2.position_code.k == model.position_code.k and m2.position_code.family == model.position_code.family
     tokens, _ = _inputs(model)
     for fmt in (parse_format(model.precision), Float64):
         r1, r2 = run(model, tokens, fmt), run(m2, tokens, fmt)
@@ -110,7 +110,7 @@ def test_safetensors_names_shapes_and_manifest(model, tmp_path: Path):
     assert "says nothing about arithmetic" in man["exactness"]["note"] and man["certified_arithmetics"] is None
     assert man["tensors"]["blocks.0.attn.W_Q"]["den"] == model.blocks[0].attn.W_Q.den
     gen = man["codes"][0]["generator"]
-    assert gen["family"] == model.code.family and gen["k"] == model.code.k
+    assert gen["family"] == model.position_code.family and gen["k"] == model.position_code.k
     assert man["embedding"]["embed"]["materialized"] and man["embedding"]["embed"]["blocks"]
     # the exact file: nonzero numerators (int64) at flat indices, den in the manifest
     exact = load_file(str(out / EXACT_FILE))
@@ -255,7 +255,6 @@ def _with_extra_layer(model, causal: bool):
     blocks = [TransformerBlock(dataclasses.replace(b.attn, causal=causal), b.mlp) for b in model.blocks]
     blocks.append(TransformerBlock(attn, MLP(z(d, 5), z(5), z(5, d), z(d))))
     m = dataclasses.replace(model, blocks=blocks)
-    m.code = model.code
     check_shapes(m)
     return m
 

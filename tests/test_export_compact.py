@@ -14,7 +14,7 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from exactformer.constructions.export.files import (
+from exactformer.constructions.export import (
     EXACT_FILE,
     MANIFEST_FILE,
     WEIGHTS_FILE,
@@ -112,7 +112,7 @@ def test_compact_load_in_fresh_process(model, tmp_path: Path):
     out = save(model, tmp_path / "c", dense=False)
     tokens = _tokens(model, 8, 2)
     np.save(tmp_path / "tokens.npy", tokens)
-    code = ("import sys, numpy as np, torch; from exactformer.constructions.export.files import load, to_torch; "
+    code = ("import sys, numpy as np, torch; from exactformer.constructions.export import load, to_torch; "
             "m = load(sys.argv[1]); t = torch.as_tensor(np.load(sys.argv[2])); "
             "np.save(sys.argv[3], to_torch(m)(t).detach().numpy())")
     subprocess.run([sys.executable, "-c", code, str(out), str(tmp_path / "tokens.npy"), str(tmp_path / "l.npy")],

@@ -14,7 +14,7 @@ from safetensors.torch import load_file
 
 from exactformer.constructions.core import registry
 from exactformer.constructions.theorems.equality import equality, inequality
-from exactformer.constructions.export.files import MANIFEST_FILE, WEIGHTS_FILE, save, to_torch
+from exactformer.constructions.export import MANIFEST_FILE, WEIGHTS_FILE, save, to_torch
 from exactformer.constructions.theorems.index_lookup import IndexLookupTask, index_lookup
 from exactformer.constructions.theorems.thresholds import disjointness, k_cnf, threshold_features
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from exactformer.constructions.export.files import EXACT_FILE, MANIFEST_FILE, WEIGHTS_FILE, ManifestError, load, save
+from exactformer.constructions.export import EXACT_FILE, MANIFEST_FILE, WEIGHTS_FILE, ManifestError, load, save
 from exactformer.constructions.export.manifest import MODEL_FIELDS, WEIGHT_FIELDS, field_name
 from exactformer.constructions.theorems.index_lookup import index_lookup
 from exactformer.constructions.core.ir import CompiledModel

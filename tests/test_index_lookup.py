@@ -41,7 +41,7 @@ def confirm(model, fmt, cex):
 
 def grid_unit(model, fmt):
     """The builder's eta grid: W_Q's entry eta * gram must be a grid value."""
-    return fmt.step / Fraction(model.code.gram_scale)
+    return fmt.step / Fraction(model.position_code.gram_scale)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -347,7 +347,7 @@ def test_certificate_on_cuda():
     model = index_lookup(1024, 8, positions="random", precision=fmt)
     a, b = certify(model, fmt, TASK), certify(model, fmt, TASK, device="cuda")
     assert a.passed and b.passed and a.min_margin == b.min_margin and a.details == b.details
-    weak = index_lookup(1024, 8, positions=model.code, precision=fmt, eta=grid_unit(model, fmt) * 4)
+    weak = index_lookup(1024, 8, positions=model.position_code, precision=fmt, eta=grid_unit(model, fmt) * 4)
     rep = verify(weak, mode="certify", fmt=fmt, device="cuda")
     assert rep.passed is False and rep.counterexample is not None
     confirm(weak, fmt, rep.counterexample)

@@ -226,7 +226,7 @@ def test_certificate_agrees_with_exhaustive(name, make, variant):
     m = make()
     if variant == "eta-unit":
         fmt = parse_format(m.precision)
-        m = make(precision=fmt, eta=fmt.step / Fraction(m.code.gram_scale))
+        m = make(precision=fmt, eta=fmt.step / Fraction(m.position_code.gram_scale))
     elif variant == "threshold-eta":
         m = make(eta="threshold")
     fmt = parse_format(m.precision)
@@ -259,7 +259,7 @@ def test_mutant_eta_too_small():
     m = th.disjointness(10, positions=rs(11))
     fmt = parse_format(m.precision)
     assert verify(m, mode="certify").passed
-    _reject(th.disjointness(10, positions=rs(11), precision=fmt, eta=fmt.step / Fraction(m.code.gram_scale)), fmt)
+    _reject(th.disjointness(10, positions=rs(11), precision=fmt, eta=fmt.step / Fraction(m.position_code.gram_scale)), fmt)
 
 
 def test_mutant_precision_too_low():
@@ -315,7 +315,7 @@ def test_larger_models_certify_and_sample():
 def test_saved_and_loaded_models_certify(tmp_path):
     """The exporter stores index-view query blocks densely; the certificate reads the dense table."""
     from exactformer.constructions.theorems.equality import inequality
-    from exactformer.constructions.export.files import load, save
+    from exactformer.constructions.export import load, save
 
     for i, m in enumerate((th.disjointness(10, positions="reed-solomon"), mixed(8), inequality(10))):
         d = tmp_path / str(i)

@@ -29,7 +29,7 @@ Local certificates (fixed-point arithmetics; every fact read from the model's ow
    and E2 = D(2 rho sqrt(d') + d'), D the grid step; the code and flag terms exactly from the
    codes' generators and the embedding), the logits checked unsaturated; the rounded row from
    ``arith.row_weights`` (monotone in every logit difference once the target is the strict maximum);
-3. *output*: for every candidate j, the head output ``_z(w_t, value(j), w_l, counts, hull)`` with the
+3. *output*: for every candidate j, the head output ``head_output(w_t, value(j), w_l, counts, hull)`` with the
    values read from the value slot's position code (no views: ``view_columns`` is empty); the
    query's view gains a content variable (``Var("content")``) over the candidates, whose meaning
    (:class:`~exactformer.constructions.core.views.ContentRule`) the task's specification checks.
@@ -46,10 +46,10 @@ from typing import Any
 import numpy as np
 
 from exactformer.constructions.blocks.base import CertContext, HeadBlock, MLPBlock, Unproven
-from exactformer.constructions.blocks.retrieve import RetrieveByPosition, _CodeSource, _logit_form, _rows, _Side, _unit
+from exactformer.constructions.blocks.retrieve import RetrieveByPosition, CodeSource, logit_form, retrieval_rows, CodeSide, unit_product
 from exactformer.constructions.codes.products import CodeWorkError, histograms, pair_inner, same_generator
 from exactformer.constructions.core.views import Box, ContentRule, Group, State, Var, unique_rows
-from exactformer.constructions.core.views_ops import _z, value_tables
+from exactformer.constructions.core.views_ops import head_output, value_tables
 
 
 # ------------------------------------------------------------------------------------------------
@@ -164,7 +164,7 @@ class RetrieveNearest(_DerivedHead):
         if any(U >= 0 for U in upper):
             raise Unproven(f"{where}: query {L}: the nearest candidate is not provably the strict row maximum "
                            f"(relative bounds {[str(Fraction(U, S)) for U in upper]})", {"positions": [L]})
-        row = _row(arith, upper, counts)
+        row = row_from_levels(arith, upper, counts)
         return _output(ctx, vals, L, C, row, ContentRule("nearest", L, tuple(int(c) for c in C), gamma, rho2),
                        where, {"upper": upper, "counts": counts})
 
@@ -239,7 +239,7 @@ class RetrieveByMatch(_DerivedHead):
         counts = [n for n in (n_c, n_o) if n > 0]
         if any(U >= 0 for U in upper):
             raise Unproven(f"{where}: query {L}: the matching position is not the strict row maximum", {"positions": [L]})
-        row = _row(arith, upper, counts)
+        row = row_from_levels(arith, upper, counts)
         return _output(ctx, vals, L, C, row, ContentRule("equal", L, tuple(int(c) for c in C)), where,
                        {"upper": upper, "counts": counts})
 
@@ -271,10 +271,10 @@ class RetrieveByAddress(RetrieveByPosition):
         qcols, kcols = ctx.slot(self.query), ctx.slot(self.key)
         if ctx.written and np.any(ctx.written[layer][kcols]):
             raise Unproven(f"{where}: an earlier layer writes into the key code columns")
-        form = _logit_form(ctx, hw, qcols, kcols, where)
+        form = logit_form(ctx, hw, qcols, kcols, where)
         alpha, beta, const, n_dims = form
         gens: list[Any] = []
-        keys = _CodeSource(ctx, kcols, "key", gens).keys(ctx.T)
+        keys = CodeSource(ctx, kcols, "key", gens).keys(ctx.T)
         kg = np.unique(keys.gen[keys.gen >= 0])
         if kg.size != 1:
             raise Unproven(f"{where}: the key slot must hold vectors of one code")
@@ -305,12 +305,12 @@ class RetrieveByAddress(RetrieveByPosition):
         code_idx = lookup.find(np.sign(lo.astype(np.int64)))  # [classes] code index, -1 if none
         if np.any(code_idx < 0):
             raise Unproven(f"{where}: a query vector at position {p} is no key code vector", {"positions": [p]})
-        P = _unit(ctx, alpha, beta, sq, keys.scale, where)
+        P = unit_product(ctx, alpha, beta, sq, keys.scale, where)
         n_vis = p + 1 if causal else ctx.T
-        vis = _Side(keys.gen[:n_vis], keys.idx[:n_vis], keys.scale)
-        q = _Side(np.zeros(code_idx.size, dtype=np.int64), code_idx, sq, np.full(code_idx.size, p), np.zeros(code_idx.size, np.int64))
+        vis = CodeSide(keys.gen[:n_vis], keys.idx[:n_vis], keys.scale)
+        q = CodeSide(np.zeros(code_idx.size, dtype=np.int64), code_idx, sq, np.full(code_idx.size, p), np.zeros(code_idx.size, np.int64))
         gens_q = [kgen]
-        rows = _rows(dataclasses.replace(ctx, T=n_vis), P, const, n_dims, gens_q, q, vis, where)
+        rows = retrieval_rows(dataclasses.replace(ctx, T=n_vis), P, const, n_dims, gens_q, q, vis, where)
         target = rows.target.reshape(np.shape(tab.lo)[:-1])  # per class assignment of G's variables
         varies = [a for a in range(target.ndim) if np.any(np.ptp(target, axis=a) != 0)]
         if len(varies) != 1:
@@ -335,7 +335,7 @@ class RetrieveByAddress(RetrieveByPosition):
                 raise Unproven(f"{where}: the retrieved positions do not all hold the same kind of value", {"positions": [p]})
         t_tab = V["tables"][int(tgroups[0])]
         ur, inv = np.unique(row_of_cls, return_inverse=True)  # few row classes: one output table each
-        zs = [_z(arith, rows.w_t[int(r)], t_tab, rows.w_l[int(r)], rows.counts[int(r)], V["hull"]) for r in ur]
+        zs = [head_output(arith, rows.w_t[int(r)], t_tab, rows.w_l[int(r)], rows.counts[int(r)], V["hull"]) for r in ur]
         z = Box(np.stack([np.asarray(x.lo) for x in zs])[inv.reshape(-1)], np.stack([np.asarray(x.hi) for x in zs])[inv.reshape(-1)])
         ptr = Var("ptr", tg[None, :].astype(np.int64), ref.vars[0].domain, ref.vars[0].cls, base=0)
         ctx.details.setdefault("heads", []).append({
@@ -460,8 +460,8 @@ class _Form:
         self.has_code = bool(code_d)
         if code_d:
             self.gens: list[Any] = []
-            self.qsrc = _CodeSource(ctx, qc, "query", self.gens)
-            self.ksrc = _CodeSource(ctx, kc, "key", self.gens)
+            self.qsrc = CodeSource(ctx, qc, "query", self.gens)
+            self.ksrc = CodeSource(ctx, kc, "key", self.gens)
             self.ca, self.cb = ca, cb
 
     def carries(self, tokens: np.ndarray) -> np.ndarray:
@@ -507,7 +507,7 @@ class _Form:
         if np.any((kgp >= 0) & (kgt >= 0)):
             raise Unproven(f"{self.where}: both embeddings fill the key code slot at some key")
         kg, ki = np.where(kgp >= 0, kgp, kgt), np.where(kgp >= 0, kip, kit)
-        P = int(np.asarray(_unit(self.ctx, self.ca, self.cb, self.qsrc._scale(sp | st), self.ksrc._scale(ksp | kst), self.where).lo))
+        P = int(np.asarray(unit_product(self.ctx, self.ca, self.cb, self.qsrc._scale(sp | st), self.ksrc._scale(ksp | kst), self.where).lo))
         I = np.zeros(t.size, dtype=np.int64)
         if qg >= 0:
             for g in np.unique(kg[kg >= 0]):
@@ -530,7 +530,7 @@ class _Form:
             raise Unproven(f"{self.where}: the symbol code slot holds positional codes")
         if np.any(gq < 0):
             raise Unproven(f"{self.where}: a query token holds no code vector")
-        P = int(np.asarray(_unit(self.ctx, self.ca, self.cb, self.qsrc._scale(sq), self.ksrc._scale(sk), self.where).lo))
+        P = int(np.asarray(unit_product(self.ctx, self.ca, self.cb, self.qsrc._scale(sq), self.ksrc._scale(sk), self.where).lo))
         gens = np.unique(np.concatenate([gq, gk[gk >= 0]]))
         if any(not same_generator(self.gens[int(g)], self.gens[int(gens[0])]) for g in gens):
             raise Unproven(f"{self.where}: query and key code vectors come from different codes")
@@ -607,7 +607,7 @@ class _Values:
         self.b = b_V[self.vdims]
         self.slot = cols
         gens: list[Any] = []
-        self.src = _CodeSource(ctx, cols, "value", gens)
+        self.src = CodeSource(ctx, cols, "value", gens)
         if any(name == "tok" for name, _ in self.src.blocks):
             raise Unproven(f"{where}: the value code depends on the token")
         self.ctx, self.gens = ctx, gens
@@ -638,7 +638,7 @@ class _Values:
         return self._apply(nums[:, col] * self.s)
 
 
-def _row(arith: Any, upper: list[int], counts: list[int]) -> tuple[Box, Box, np.ndarray]:
+def row_from_levels(arith: Any, upper: list[int], counts: list[int]) -> tuple[Box, Box, np.ndarray]:
     """(target weight [1], per-key weight at each level [1, L], counts [1, L]) of a row whose target
     is the strict maximum and whose other keys lie ``upper`` (raw, relative) below it or lower."""
     L = len(upper)
@@ -656,7 +656,7 @@ def _output(ctx: CertContext, vals: _Values, L: int, C: np.ndarray, row: tuple, 
     """The head output at query L as a table over a content variable whose domain is the candidates C."""
     arith = ctx.arith
     w_t, w_l, cnt = row
-    z = _z(arith, w_t[0], vals.at(C), w_l[0], cnt[0], vals.hull)  # [|C|, dv]
+    z = head_output(arith, w_t[0], vals.at(C), w_l[0], cnt[0], vals.hull)  # [|C|, dv]
     var = Var("content", np.array([L], dtype=np.int64), C.astype(np.int64), np.arange(C.size, dtype=np.int64), content=rule)
     ctx.details.setdefault("heads", []).append({
         "block": rule.rule, "position": L, "candidates": int(C.size),

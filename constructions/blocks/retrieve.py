@@ -125,12 +125,12 @@ class RetrieveByPosition(HeadBlock):
         qcols, kcols = ctx.slot(self.query), ctx.slot(self.key)
         if ctx.written and np.any(ctx.written[layer][np.concatenate([qcols, kcols])]):
             raise Unproven(f"{where}: an earlier layer writes into the query or key code columns")
-        alpha, beta, const, n_dims = _logit_form(ctx, hw, qcols, kcols, where)
+        alpha, beta, const, n_dims = logit_form(ctx, hw, qcols, kcols, where)
         gens: list[Any] = []
-        keys = _CodeSource(ctx, kcols, "key", gens).keys(ctx.T)
-        queries = _CodeSource(ctx, qcols, "query", gens).queries(need, ctx.domains)
-        P = _unit(ctx, alpha, beta, queries.scale, keys.scale, where)
-        rows = _rows(ctx, P, const, n_dims, gens, queries, keys, where)
+        keys = CodeSource(ctx, kcols, "key", gens).keys(ctx.T)
+        queries = CodeSource(ctx, qcols, "query", gens).queries(need, ctx.domains)
+        P = unit_product(ctx, alpha, beta, queries.scale, keys.scale, where)
+        rows = retrieval_rows(ctx, P, const, n_dims, gens, queries, keys, where)
         arith = ctx.arith
         ctx.details.setdefault("heads", []).append({
             "layer": layer, "head": head, "block": type(self).__name__, "row_classes": int(rows.w_t.lo.size),
@@ -148,7 +148,7 @@ class RetrieveByPosition(HeadBlock):
 # ------------------------------------------------------------------------------------------------
 
 
-def _logit_form(ctx: CertContext, hw: dict, qcols: np.ndarray, kcols: np.ndarray, where: str) -> tuple[Any, Any, Box, int]:
+def logit_form(ctx: CertContext, hw: dict, qcols: np.ndarray, kcols: np.ndarray, where: str) -> tuple[Any, Any, Box, int]:
     """Checks the head's Q/K dims; returns (alpha, beta, c, dims): the W_Q and W_K entries of the
     code dims, the box of the bias-only dims' summed products, and the number of contributing dims."""
     W_Q, W_K, b_Q, b_K = hw["W_Q"], hw["W_K"], hw["b_Q"], hw["b_K"]
@@ -185,7 +185,7 @@ def _logit_form(ctx: CertContext, hw: dict, qcols: np.ndarray, kcols: np.ndarray
 
 
 @dataclass
-class _Side:
+class CodeSide:
     """Code vectors of one side: generator id (-1: the zero vector) and index into it."""
 
     gen: np.ndarray
@@ -195,7 +195,7 @@ class _Side:
     u: np.ndarray | None = None  # queries: token
 
 
-class _CodeSource:
+class CodeSource:
     """Which code vector fills a slot at each position / token, read from the embeddings' code
     blocks (the table must be zero on the slot; a block must cover the slot exactly)."""
 
@@ -248,22 +248,22 @@ class _CodeSource:
             raise Unproven(f"{self.what} code entries +-{s} do not round symmetrically in {self.ctx.arith.name}")
         return r_pos
 
-    def keys(self, T: int) -> _Side:
+    def keys(self, T: int) -> CodeSide:
         if any(name == "tok" for name, _ in self.blocks):
             raise Unproven("the key code depends on the token (a token embedding block fills the key slot)")
         gid, idx, scales = self._lookup("pos", np.arange(T))
-        return _Side(gid, idx, self._scale(scales))
+        return CodeSide(gid, idx, self._scale(scales))
 
-    def queries(self, need: np.ndarray, domains: Any) -> _Side:
+    def queries(self, need: np.ndarray, domains: Any) -> CodeSide:
         t, u = domains.pairs(need)
         gp, ip, sp = self._lookup("pos", t)
         gt, it, st = self._lookup("tok", u)
         if np.any((gp >= 0) & (gt >= 0)):
             raise Unproven("both embeddings fill the query code slot at some (position, token)")
-        return _Side(np.where(gp >= 0, gp, gt), np.where(gp >= 0, ip, it), self._scale(sp | st), t, u)
+        return CodeSide(np.where(gp >= 0, gp, gt), np.where(gp >= 0, ip, it), self._scale(sp | st), t, u)
 
 
-def _unit(ctx: CertContext, alpha: Any, beta: Any, sq: Any, sk: Any, where: str) -> Box:
+def unit_product(ctx: CertContext, alpha: Any, beta: Any, sq: Any, sk: Any, where: str) -> Box:
     """P: the product q_d k_d of two code dims whose code entries agree in sign (the opposite
     signs give -P, zero entries 0). In fixed point every sign combination is checked (floor
     rounding is not symmetric in general); IEEE rounding is symmetric."""
@@ -288,7 +288,7 @@ def _unit(ctx: CertContext, alpha: Any, beta: Any, sq: Any, sk: Any, where: str)
 
 
 @dataclass
-class _RowsOut:
+class RetrievalRows:
     target: np.ndarray  # [n_queries] target key position of each (position, token) query
     cls: np.ndarray  # [n_queries] row class
     w_t: Box  # [C] target weight
@@ -297,7 +297,7 @@ class _RowsOut:
     method: str
 
 
-def _rows(ctx: CertContext, P: Box, const: Box, n_dims: int, gens: list[Any], q: _Side, k: _Side, where: str) -> _RowsOut:
+def retrieval_rows(ctx: CertContext, P: Box, const: Box, n_dims: int, gens: list[Any], q: CodeSide, k: CodeSide, where: str) -> RetrievalRows:
     arith = ctx.arith
     kg = np.unique(k.gen[k.gen >= 0])
     if kg.size != 1:
@@ -353,4 +353,4 @@ def _rows(ctx: CertContext, P: Box, const: Box, n_dims: int, gens: list[Any], q:
     counts, tl = ukey[:, :-1], ukey[:, -1]
     w_t, w_l = arith.row_weights(logit[tl], Box(np.broadcast_to(np.asarray(logit.lo)[None, :], counts.shape),
                                                  np.broadcast_to(np.asarray(logit.hi)[None, :], counts.shape)), counts)
-    return _RowsOut(target[qinv], cls_of_uq.reshape(-1)[qinv], w_t, w_l, counts, method)
+    return RetrievalRows(target[qinv], cls_of_uq.reshape(-1)[qinv], w_t, w_l, counts, method)

@@ -27,9 +27,12 @@ from __future__ import annotations
 import threading
 import time
 from dataclasses import dataclass
-from typing import Callable, Optional
+from typing import TYPE_CHECKING, Callable, Optional
 
 import numpy as np
+
+if TYPE_CHECKING:
+    import torch
 
 # torch is imported inside the functions that use it: importing it takes seconds, and most users of
 # position codes (building, certifying a model) never run the Gram kernels.

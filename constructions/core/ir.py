@@ -472,6 +472,7 @@ class CompiledModel:
     layout: dict[str, list[int]] = field(default_factory=dict)  # residual slot -> [first column, width]
     plan: list[Any] = field(default_factory=list)  # blocks and where they sit (assemble.Placement)
     vector_input: VectorInput | None = None  # token ids whose inputs carry an exact vector
+    position_code: Any = None  # the construction's position code (a PositionCode), recorded in saved files
 
     def answer_positions_for(self, T: int) -> np.ndarray:
         """The positions whose logits are answers, for an input of length ``T`` (0-based)."""

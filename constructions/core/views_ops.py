@@ -40,7 +40,7 @@ def value_tables(ctx: CertContext, state: State, hw: dict, where: str) -> dict[s
     return {"tables": tables, "hull": Box(lo, hi), "vdims": vdims}
 
 
-def _z(arith: Any, w_t: Box, val: Box, w_l: Box, counts: np.ndarray, hull: Box) -> Box:
+def head_output(arith: Any, w_t: Box, val: Box, w_l: Box, counts: np.ndarray, hull: Box) -> Box:
     """The head output for one row class: w_t * value + sum_l counts_l * (w_l * any value), the
     products rounded and the sum taken as the forward pass takes it (``arith.sum``).
     ``val``: [..., dv]; w_t scalar box; w_l, counts [L]; hull [dv]."""
@@ -79,7 +79,7 @@ def import_target(ctx: CertContext, state: State, need: np.ndarray, q_t: np.ndar
         for i, (gq, gt, ci) in enumerate(ukey):
             sel = np.flatnonzero(inv.reshape(-1) == i)
             t_group = state.groups[gt].take(m_of[tgt[sel]])
-            z = _z(arith, w_t[ci], V["tables"][gt], w_l[ci], counts[ci], V["hull"])
+            z = head_output(arith, w_t[ci], V["tables"][gt], w_l[ci], counts[ci], V["hull"])
             out.append((Group(fp[sel], t_group.vars, z), z))
     # ---- pointer: the target depends on the query's own token --------------------------------------
     for j in np.flatnonzero(~fixed):
@@ -113,7 +113,7 @@ def import_target(ctx: CertContext, state: State, need: np.ndarray, q_t: np.ndar
         ncls = nv.ncls
         row_of_cls = np.zeros(ncls, dtype=np.int64)
         row_of_cls[nv.cls] = rc
-        zs = [_z(arith, w_t[int(r)], t_tab, w_l[int(r)], counts[int(r)], V["hull"]) for r in row_of_cls]
+        zs = [head_output(arith, w_t[int(r)], t_tab, w_l[int(r)], counts[int(r)], V["hull"]) for r in row_of_cls]
         z = Box(np.stack([np.asarray(x.lo) for x in zs]), np.stack([np.asarray(x.hi) for x in zs]))  # [ncls_base, ncls_t, dv]
         ptr = Var("ptr", tg[None, :].astype(np.int64), tv.domain, tv.cls, base=0)
         out.append((Group(gq.pos, [nv, ptr], z), z))

@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from exactformer.constructions.blocks.retrieve import RetrieveByPosition
+from exactformer.constructions.codes.positions import position_codes
 from exactformer.constructions.core.ir import Param
 from exactformer.constructions.design.precision_search import (FLOAT_FALLBACKS, arithmetics_for, designed_for, fewest_bits,
                                                         float_arithmetic, float_set, given_eta, smallest_grid_eta,
@@ -240,3 +241,27 @@ def arithmetics_param(fmt: Format, notes: dict[str, Any]) -> Param:
     return Param(designed_for(fmt, notes["robust"]), "the arithmetics the sufficient conditions were checked in "
                  + (("(robust build" + (f"; {notes['floats_dropped']}" if "floats_dropped" in notes else "") + ")")
                     if notes["robust"] else "(fixed-point only: eta minimal)"))
+
+
+def code_for(n_codes: int, positions: Any, max_inner: Fraction, seed: int, err: type[Exception]) -> Any:
+    """A position code with at least ``n_codes`` vectors (a family name or a code object) and its
+    proved (or certified) bound mu."""
+    if isinstance(positions, str):
+        code = position_codes(n_codes, max_inner=Fraction(max_inner), family=positions, seed=seed)
+    elif getattr(positions, "n", 0) < n_codes:
+        raise err(f"positions: the code has {getattr(positions, 'n', 0)} vectors, need {n_codes}")
+    else:
+        code = positions
+    mu = Fraction(code.bound) if code.bound is not None else Fraction(code.certify().max_inner)
+    return code, mu
+
+
+def etas_by_mode(fmt: Format, eta: Fraction, notes: dict, gram: Fraction, mu: Fraction, n_keys: int, tol: Fraction,
+                 offset: Fraction) -> dict[str, Fraction | None]:
+    """The smallest grid eta of each mode (``two_layer.MODES``) in the format alone (None for float
+    formats); the mode :func:`resolve` searched for under the same condition is not searched again."""
+    if not fmt.is_exact:
+        return {mode: None for mode in MODES}
+    searched = {notes["mode"]: eta} if notes["eta"] != "given" and not notes.get("robust") else {}
+    return {mode: searched[mode] if mode in searched else smallest_eta(fmt, gram, mu, n_keys, mode, tol, offset)
+            for mode in MODES}

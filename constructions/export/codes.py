@@ -1,6 +1,6 @@
 """Position codes in an export: recorded by their recipe, rebuilt on load.
 
-Every code object an embedding block reads (and ``model.code``) is recorded once in the
+Every code object an embedding block reads (and ``model.position_code``) is recorded once in the
 manifest's ``codes`` list, in first-use order, as one of
 
 * ``{"generator": {family, n, k, m, d, seed, max_inner}, "describe": ...}``: a position-code family

@@ -1,4 +1,4 @@
-"""Exports of a :class:`~exactformer.constructions.core.ir.CompiledModel`: files, plain torch, TransformerLens.
+"""Saved files of a :class:`~exactformer.constructions.core.ir.CompiledModel` and loading them.
 
 ``save(model, out_dir)`` writes three files (docs/exports.md describes them in full):
 
@@ -16,9 +16,8 @@
 
 ``load(out_dir)`` checks everything it reads (:func:`~exactformer.constructions.export.manifest.read_manifest`:
 a modified file or manifest field is refused with a :class:`ManifestError` naming it) and rebuilds
-the exact model with its embeddings generated on demand. ``to_torch(model)`` gives the float forward
-pass as a ``torch.nn.Module``; ``to_transformer_lens(model)`` a TransformerLens 4.x
-``TransformerBridge`` (optional extra ``exactformer[lens]``). Both work from a compact export.
+the exact model with its embeddings generated on demand (the float forward passes are
+:mod:`~exactformer.constructions.export.torch_module` and :mod:`~exactformer.constructions.export.lens`).
 """
 
 from __future__ import annotations
@@ -83,8 +82,6 @@ __all__ = [
     "save",
     "load",
     "read_manifest",
-    "to_torch",
-    "to_transformer_lens",
     "tl_config",
     "tl_state_dict",
     "ExportError",
@@ -246,8 +243,8 @@ def save(model: CompiledModel, out_dir: str | os.PathLike, dense: bool = True,
             floats[name] = np.ascontiguousarray(pad(f, tl_shape(model, name)))
         tensors[name] = _tensor_entry(name, t.num, t.den, inexact, exact, big, {"tl_shape": list(tl_shape(model, name))})
 
-    # ---- model.code: the construction's position code (the certificates read it) ----------------
-    code = getattr(model, "code", None)
+    # ---- the construction's position code ------------------------------------------------------------
+    code = model.position_code
     model_code = None if code is None else codes.ref(code, int(getattr(code, "n", 0)))
     exact.update(codes.arrays)
 
@@ -418,21 +415,7 @@ def _build(d: Path, man: dict[str, Any]) -> CompiledModel:
         b_U=weights["unembed.b_U"],
         **{name: from_json(man[name]) for name, (_, from_json) in MODEL_FIELDS.items()},
     )
+    model.position_code = None if man["model_code"] is None else codes[man["model_code"]]
     check_shapes(model)
-    if man["model_code"] is not None:
-        model.code = codes[man["model_code"]]  # type: ignore[attr-defined]
     return model
 
-
-def __getattr__(name: str) -> Any:
-    """``to_torch`` and ``to_transformer_lens``, imported when first asked for: they need torch,
-    whose import takes seconds, and saving, loading or verifying a model does not."""
-    if name == "to_torch":
-        from exactformer.constructions.export.torch_module import to_torch
-
-        return to_torch
-    if name == "to_transformer_lens":
-        from exactformer.constructions.export.lens import to_transformer_lens
-
-        return to_transformer_lens
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -181,8 +181,9 @@ def _placement_from_json(d: dict[str, Any]) -> Placement:
                      tuple(index) if isinstance(index, list) else index)
 
 
-#: CompiledModel fields recorded as weights (manifest ``tensors``, ``embedding``, ``codes``, ``layers``)
-WEIGHT_FIELDS = ("embed", "pos_embed", "blocks", "W_U", "b_U")
+#: CompiledModel fields recorded as weights (manifest ``tensors``, ``embedding``, ``codes``, ``layers``) and
+#: as a code record (``position_code``: the manifest's ``model_code``)
+WEIGHT_FIELDS = ("embed", "pos_embed", "blocks", "W_U", "b_U", "position_code")
 
 #: how the model's answer is read (the same for every construction; CompiledModel.decode)
 READOUT = ("the logits at each answer position (answer_positions, 0-based; null: the last position), "

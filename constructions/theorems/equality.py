@@ -35,11 +35,10 @@ from exactformer.constructions.blocks.readout import ThresholdReadout
 from exactformer.constructions.blocks.retrieve import RetrieveByPosition
 from exactformer.constructions.theorems.boolean_tasks import EqualityTask
 from exactformer.constructions.core.ir import CompiledModel, Param
-from exactformer.constructions.codes.positions import position_codes
 from exactformer.constructions.core.registry import Claim, SizeRows, construction
 from exactformer.constructions.core.task import TaskError
-from exactformer.constructions.design.two_layer import (MODES, arithmetics_param, kc_equivalent, paper_eta, readout, resolve,
-                                                 smallest_eta)
+from exactformer.constructions.design.two_layer import (arithmetics_param, code_for, etas_by_mode, kc_equivalent, paper_eta,
+                                                        readout, resolve)
 from exactformer.precision import Format
 
 THEOREM = "Thm 6 (App. F.2), Bhattamishra et al. 2024"
@@ -51,30 +50,6 @@ KEY_OFFSET = Fraction(-1, 2)  # the paper's key entry -1/2 (a per-row constant: 
 
 class EqualityError(TaskError):
     """Bad parameters for :func:`equality` / :func:`inequality`."""
-
-
-def code_for(n_codes: int, positions: Any, max_inner: Fraction, seed: int, err: type[Exception]) -> Any:
-    """A position code with at least ``n_codes`` vectors (a family name or a code object) and its
-    proved (or certified) bound mu."""
-    if isinstance(positions, str):
-        code = position_codes(n_codes, max_inner=Fraction(max_inner), family=positions, seed=seed)
-    elif getattr(positions, "n", 0) < n_codes:
-        raise err(f"positions: the code has {getattr(positions, 'n', 0)} vectors, need {n_codes}")
-    else:
-        code = positions
-    mu = Fraction(code.bound) if code.bound is not None else Fraction(code.certify().max_inner)
-    return code, mu
-
-
-def etas_by_mode(fmt: Format, eta: Fraction, notes: dict, gram: Fraction, mu: Fraction, n_keys: int, tol: Fraction,
-                 offset: Fraction) -> dict[str, Fraction | None]:
-    """The smallest grid eta of each mode (``two_layer.MODES``) in the format alone (None for float
-    formats); the mode :func:`resolve` searched for under the same condition is not searched again."""
-    if not fmt.is_exact:
-        return {mode: None for mode in MODES}
-    searched = {notes["mode"]: eta} if notes["eta"] != "given" and not notes.get("robust") else {}
-    return {mode: searched[mode] if mode in searched else smallest_eta(fmt, gram, mu, n_keys, mode, tol, offset)
-            for mode in MODES}
 
 
 def _build(n: int, positions: Any, eta: Any, precision: Any, max_inner: Fraction, seed: int, ineq: bool) -> CompiledModel:
@@ -130,7 +105,7 @@ def _build(n: int, positions: Any, eta: Any, precision: Any, max_inner: Fraction
         "size_bits": Param(model.size_bits(bits), "parameters (code rows generated, not stored) x precision_bits"),
         "paper_k": Param(getattr(code, "paper_k", None), "ceil(8 ln(2N) / mu^2) (Lemma 2)"),
     }
-    model.code = code  # type: ignore[attr-defined]
+    model.position_code = code
     if exact:
         model.weights_raw(fmt)  # raises IRError naming a weight the format cannot represent
     return model

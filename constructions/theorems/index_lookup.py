@@ -279,7 +279,7 @@ def index_lookup(
                                     "up to 48 bits)" if robust else "(fixed-point only)")),
             "paper_k": Param(getattr(code, "paper_k", None), "ceil(8 ln(2N) / mu^2) (Lemma 2)"),
         })
-    model.code = code  # type: ignore[attr-defined]
+    model.position_code = code
     if fmt.is_exact:
         model.weights_raw(fmt)  # raises IRError naming a weight the format cannot represent
     return model

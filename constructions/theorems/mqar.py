@@ -35,7 +35,7 @@ from typing import Any, Iterator
 import numpy as np
 
 from exactformer.constructions.core.builder import Layout, ModelBuilder
-from exactformer.constructions.blocks.content import RetrieveByMatch, _row
+from exactformer.constructions.blocks.content import RetrieveByMatch, row_from_levels
 from exactformer.constructions.blocks.retrieve import RetrieveByPosition
 from exactformer.constructions.codes.products import pair_inner, resolve
 from exactformer.constructions.core.ir import CompiledModel, Param
@@ -84,7 +84,7 @@ def lean_holds(fmt: Format, eta1: Fraction, code: Any, n: int) -> Fraction | Non
     raw = [math.floor(r * S) for r in rel]
     if any(U >= 0 for U in raw):
         return None
-    w_t, w_l, cnt = _row(arith, raw, [n // 2 - 1, n // 2, n - 1])
+    w_t, w_l, cnt = row_from_levels(arith, raw, [n // 2 - 1, n // 2, n - 1])
     target = Fraction(arith.to_fraction(np.asarray(w_t.lo)[0]))
     rest = sum(Fraction(arith.to_fraction(np.asarray(w_l.hi)[0, i])) * int(c) for i, c in enumerate(cnt[0]))
     return eta1 if target >= TARGET and rest <= REST else None

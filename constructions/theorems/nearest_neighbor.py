@@ -40,7 +40,7 @@ import numpy as np
 
 from exactformer.constructions.theorems import nearest_neighbor_inputs as inputs
 from exactformer.constructions.core.builder import Layout, ModelBuilder
-from exactformer.constructions.blocks.content import (RetrieveByAddress, RetrieveNearest, SignClip, _row,
+from exactformer.constructions.blocks.content import (RetrieveByAddress, RetrieveNearest, SignClip, row_from_levels,
                                                       nearest_bounds)
 from exactformer.constructions.blocks.mlp import BitThreshold
 from exactformer.constructions.blocks.readout import SymbolReadout
@@ -182,7 +182,7 @@ def layer1_holds(fmt: Format, eta1: Fraction, dz: "Design") -> tuple[Fraction, F
     if any(U >= 0 for U in raw):
         return None
     arith = FixedArithmetic(fmt)
-    w_t, w_l, cnt = _row(arith, raw, [max(dz.n - 2, 0), 1, dz.n - 1])
+    w_t, w_l, cnt = row_from_levels(arith, raw, [max(dz.n - 2, 0), 1, dz.n - 1])
     target = Fraction(arith.to_fraction(np.asarray(w_t.lo)[0]))
     rest = sum(Fraction(arith.to_fraction(np.asarray(w_l.hi)[0, i])) * int(c) for i, c in enumerate(cnt[0]))
     return (w_c, b) if target >= TARGET and rest <= REST else None

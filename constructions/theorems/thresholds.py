@@ -39,11 +39,11 @@ from exactformer.constructions.theorems.boolean_tasks import (
     normalize_features,
     random_clauses,
 )
-from exactformer.constructions.theorems.equality import code_for, etas_by_mode
 from exactformer.constructions.core.ir import CompiledModel, Param
 from exactformer.constructions.codes.positions import CodeView
 from exactformer.constructions.core.registry import Claim, SizeRows, construction
-from exactformer.constructions.design.two_layer import arithmetics_param, kc_equivalent, paper_eta, readout, resolve
+from exactformer.constructions.design.two_layer import (arithmetics_param, code_for, etas_by_mode, kc_equivalent, paper_eta,
+                                                        readout, resolve)
 from exactformer.precision import Format
 
 THEOREM = "Thm 13 (App. F.3), Bhattamishra et al. 2024"
@@ -202,7 +202,7 @@ def _build(n: int, features: Sequence[Any], b: int | None, g: Any, k: int | None
     model.task_params = {"n": n, "kind": kind, "b": b, "k": k, "feature_index": index, "feature_type": ftype,
                          "types": [[t[0], list(t[1])] for t in types],
                          "code": code.describe() if hasattr(code, "describe") else {}, **extra}
-    model.code = code  # type: ignore[attr-defined]
+    model.position_code = code
     if exact:
         model.weights_raw(fmt)
     return model

@@ -27,7 +27,7 @@ except ImportError:  # pragma: no cover - older typer uses click itself
     from click import exceptions as click_errors
 
 from exactformer.constructions.core import registry
-from exactformer.constructions.export.files import ManifestError, load, save
+from exactformer.constructions.export import ManifestError, load, save
 from exactformer.constructions.core.ir import CompiledModel
 from exactformer.constructions.core.task import EXHAUSTIVE_LIMIT, MODES, format_count
 from exactformer.arguments import ArgumentError, build, parse_int

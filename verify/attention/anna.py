@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 
 from exactformer.precision._xp import NP
-from exactformer.verify.attention.ema import EMAError, _arange, _backend, _cat, _int_array, _numpy, match_sums
+from exactformer.verify.attention.ema import EMAError, arange, backend, cat, int_array, to_numpy, match_sums
 
 GAUSS_BITS = 20  # integer Gaussians: round(2^20 * N(0, 1)) -- exact dot products in float64
 FLOAT_EXACT = 1 << 53
@@ -277,8 +277,8 @@ class ANNAResult:
 
     def output(self) -> np.ndarray:
         """Object array [..., dv] of exact Fractions num/den (0 where den = 0)."""
-        num = _numpy(self.num).astype(object)
-        den = np.broadcast_to(np.maximum(_numpy(self.den), 1)[..., None], num.shape).astype(object)
+        num = to_numpy(self.num).astype(object)
+        den = np.broadcast_to(np.maximum(to_numpy(self.den), 1)[..., None], num.shape).astype(object)
         return np.frompyfunc(Fraction, 2, 1)(num, den).astype(object).reshape(num.shape)
 
 
@@ -312,14 +312,14 @@ class LSHAttention:
 
     def codes(self, X, t0: int = 0, t1: int | None = None):
         """Exact bucket codes g_t(x), t in [t0, t1): words [n, T, kw] int64 (X [n, dim] integer points)."""
-        xp = _backend({"points": X}, ANNAError)
+        xp = backend({"points": X}, ANNAError)
         t1 = self.tables if t1 is None else t1
         sym = self.family.hash(xp, self._table_params(t0, t1), X)
         return _pack(xp, sym.reshape(int(X.shape[0]), t1 - t0, self.hashes), self.symbol_bits)
 
     def _points(self, xp, X, name: str):
         """X as validated integer points [N, dim] of the family's space."""
-        a = _int_array(xp, X, name, ANNAError)
+        a = int_array(xp, X, name, ANNAError)
         if a.ndim != 2 or int(a.shape[1]) != self.dim:
             raise ANNAError(f"{name}: must have shape [N, {self.dim}], got {tuple(a.shape)}")
         self.family.check_points(xp, a, name)
@@ -333,8 +333,8 @@ class LSHAttention:
             T = t1 - t0
             kc, qc = _tables_first(xp, self.codes(K, t0, t1)), _tables_first(xp, self.codes(Q, t0, t1))
             kw = int(kc.shape[-1])
-            ar_k, ar_q = _arange(xp, T * Nk), _arange(xp, T * Nq)
-            batch = _cat(xp, [ar_k // max(Nk, 1), ar_q // max(Nq, 1)])
+            ar_k, ar_q = arange(xp, T * Nk), arange(xp, T * Nq)
+            batch = cat(xp, [ar_k // max(Nk, 1), ar_q // max(Nq, 1)])
             count, total, _, _ = match_sums(xp, kc.reshape(T * Nk, kw), qc.reshape(T * Nq, kw), batch, T,
                                             ar_k % max(Nk, 1), None, T * Nq, V)
             yield kc, qc, count.reshape(T, Nq), total.reshape(T, Nq, int(V.shape[1]))
@@ -342,9 +342,9 @@ class LSHAttention:
     def __call__(self, queries, keys, values) -> ANNAResult:
         """Alg. 1 on queries [Nq, dim], keys [Nk, dim] (integer points of the family's space) and
         values [Nk, dv] int64. Exact: num and den are integer sums."""
-        xp = _backend({"queries": queries, "keys": keys, "values": values}, ANNAError)
+        xp = backend({"queries": queries, "keys": keys, "values": values}, ANNAError)
         Q, K = self._points(xp, queries, "queries"), self._points(xp, keys, "keys")
-        V = _int_array(xp, values, "values", ANNAError)
+        V = int_array(xp, values, "values", ANNAError)
         Nq, Nk = int(Q.shape[0]), int(K.shape[0])
         if V.ndim != 2 or int(V.shape[0]) != Nk:
             raise ANNAError(f"values: must have shape [Nk, dv] = [{Nk}, dv], got {tuple(V.shape)}")
@@ -484,8 +484,8 @@ def check_conditions(lsh: LSHAttention, queries, keys, *, r_sq, approx_c, sample
     without replacement with Generator(``seed``) (None: all). Weights are exact: w_ij =
     n_ij / sum_j' n_ij', with n_ij counted over the ℓ tables and the denominator from the exact
     bucket counts. Cost O(checked * Nk * dim + ℓ (Nq + Nk) log N)."""
-    Q = lsh._points(NP, _numpy(queries), "queries")
-    K = lsh._points(NP, _numpy(keys), "keys")
+    Q = lsh._points(NP, to_numpy(queries), "queries")
+    K = lsh._points(NP, to_numpy(keys), "keys")
     R2, R2k = lsh.family.check_points(NP, Q, "queries"), lsh.family.check_points(NP, K, "keys")
     if R2 is not None and R2k is not None and R2 != R2k:
         raise ANNAError(f"keys: must lie on the queries' sphere (squared norm {R2}), got {R2k}")

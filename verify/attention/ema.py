@@ -67,7 +67,7 @@ class EMAOverflowError(EMAError):
 # ================================================================================================
 
 
-def _cat(xp, arrs):
+def cat(xp, arrs):
     return xp.t.cat(arrs) if xp.torch else np.concatenate(arrs)
 
 
@@ -83,7 +83,7 @@ def _bincount(xp, x, n: int):
     return xp.t.bincount(x, minlength=n) if xp.torch else np.bincount(x, minlength=n).astype(np.int64)
 
 
-def _arange(xp, n: int):
+def arange(xp, n: int):
     return xp.t.arange(n, device=xp.device) if xp.torch else np.arange(n, dtype=np.int64)
 
 
@@ -183,7 +183,7 @@ def sort_groups(xp, ids, bits: int):
     n = int(ids.shape[0])
     p = max(n - 1, 0).bit_length()
     if bits + p <= 63:
-        packed = (ids << p) | _arange(xp, n)
+        packed = (ids << p) | arange(xp, n)
         packed = xp.t.sort(packed).values if xp.torch else np.sort(packed)
         perm, s = packed & ((1 << p) - 1), packed >> p
     else:
@@ -201,7 +201,7 @@ def sort_groups(xp, ids, bits: int):
 # ================================================================================================
 
 
-def _backend(arrs: dict[str, Any], err: type[EMAError] = EMAError):
+def backend(arrs: dict[str, Any], err: type[EMAError] = EMAError):
     dev, kinds = None, set()
     for name, a in arrs.items():
         if a is None:
@@ -218,7 +218,7 @@ def _backend(arrs: dict[str, Any], err: type[EMAError] = EMAError):
     return NP if dev is None else torch_xp(dev)
 
 
-def _int_array(xp, a, name: str, err: type[EMAError] = EMAError):
+def int_array(xp, a, name: str, err: type[EMAError] = EMAError):
     """a as an int64 array of the backend; floats, bools and words outside int64 are errors."""
     if xp.torch:
         t = xp.t
@@ -274,11 +274,11 @@ class _Args:
 
 
 def _normalize(queries, keys, values, query_mask, key_mask) -> _Args:
-    xp = _backend({"queries": queries, "keys": keys, "values": values, "query_mask": query_mask,
+    xp = backend({"queries": queries, "keys": keys, "values": values, "query_mask": query_mask,
                    "key_mask": key_mask})
-    q = _int_array(xp, queries, "queries")
-    k = _int_array(xp, keys, "keys")
-    v = _int_array(xp, values, "values")
+    q = int_array(xp, queries, "queries")
+    k = int_array(xp, keys, "keys")
+    v = int_array(xp, values, "values")
     if q.ndim not in (2, 3):
         raise EMAError(f"queries: must have shape [B, Nq, kw] or [Nq, kw], got {tuple(q.shape)}")
     batched = q.ndim == 3
@@ -308,7 +308,7 @@ def _normalize(queries, keys, values, query_mask, key_mask) -> _Args:
                  v.reshape(B * Nk, dv), qm, km)
 
 
-def _check_fmt(fmt) -> FixedPoint | None:
+def check_fmt(fmt) -> FixedPoint | None:
     if fmt is None:
         return None
     if not isinstance(fmt, FixedPoint):
@@ -390,15 +390,15 @@ class EMAResult:
     def mean(self) -> np.ndarray:
         """Object array [B, Nq, dv] of exact Fractions: ideal -- total/count (0 with no match);
         fixed point -- the output values total/S (the fixed-point approximation of the mean)."""
-        tot = _numpy(self.total).astype(object)
+        tot = to_numpy(self.total).astype(object)
         if self.fmt is not None:
             den = np.full(tot.shape, self.fmt.scale, dtype=object)
         else:
-            den = np.broadcast_to(np.maximum(_numpy(self.count), 1)[..., None], tot.shape).astype(object)
+            den = np.broadcast_to(np.maximum(to_numpy(self.count), 1)[..., None], tot.shape).astype(object)
         return np.frompyfunc(Fraction, 2, 1)(tot, den).astype(object).reshape(tot.shape)
 
 
-def _numpy(x) -> np.ndarray:
+def to_numpy(x) -> np.ndarray:
     return x.detach().cpu().numpy() if is_torch(x) else np.asarray(x)
 
 
@@ -443,7 +443,7 @@ def _group_sums(xp, krow, kcount, qcount, V, fmt):
         if s == 1 and one_is_exact:  # the weight is exactly 1: v_j itself
             direct[gs] = krow[kstart[gs]]
             continue
-        pos = kstart[gs][:, None] + _arange(xp, s)[None, :]
+        pos = kstart[gs][:, None] + arange(xp, s)[None, :]
         X = _gather_rows(xp, V, krow[pos.reshape(-1)]).reshape(b - a, s, dv)
         rows = slice(off, off + b - a)
         if fmt is None:
@@ -463,7 +463,7 @@ def _group_sums(xp, krow, kcount, qcount, V, fmt):
             t = fmt.mul(w, X).sum(1)  # |sum| <= s(|v| w/S + 1) <= 2|v| + s: no int64 overflow (|v| <= 2^60)
             sat_rows[rows] = ((t > fmt.max_raw) | (t < fmt.min_raw)).sum(1)
             sums[rows] = xp.clip(t, fmt.min_raw, fmt.max_raw)
-        src[gs] = _arange(xp, b - a) + off
+        src[gs] = arange(xp, b - a) + off
         off += b - a
     return direct, src, sums, sat_rows, inexact
 
@@ -484,7 +484,7 @@ def match_sums(xp, kwords, qwords, batch, batch_size: int, krows, qrows, n_out: 
     pre = EMAPreconditions(0, None if fmt is None else fmt.scale, 0, 0, 0, 0)
     if not (nq and nk):
         return count, xp.zeros((n_out, dv)), weight, pre
-    words = _cat(xp, [kwords, qwords])
+    words = cat(xp, [kwords, qwords])
     perm, g, G = sort_groups(xp, *exact_ids(xp, words, batch, batch_size))
     iskey = perm < nk
     krow, qrow = perm[iskey], perm[~iskey] - nk
@@ -542,7 +542,7 @@ def exact_match_attention(queries, keys, values, *, query_mask=None, key_mask=No
     PrecisionError. Saturations and underflows of the fixed-point products are counted in
     ``fmt.counts`` (underflows once per (key, component) product, output saturations once per
     query element)."""
-    fmt = _check_fmt(fmt)
+    fmt = check_fmt(fmt)
     A = _normalize(queries, keys, values, query_mask, key_mask)
     xp, B, Nq, Nk, dv = A.xp, A.B, A.Nq, A.Nk, A.dv
     if fmt is not None and int(A.v.shape[0]) * dv:
@@ -556,9 +556,9 @@ def exact_match_attention(queries, keys, values, *, query_mask=None, key_mask=No
     kwords = A.k if kpos is None else A.k[kpos]
     batch = None
     if B > 1:
-        qb = _arange(xp, B * Nq) if qpos is None else qpos
-        kb = _arange(xp, B * Nk) if kpos is None else kpos
-        batch = _cat(xp, [kb // max(Nk, 1), qb // max(Nq, 1)])
+        qb = arange(xp, B * Nq) if qpos is None else qpos
+        kb = arange(xp, B * Nk) if kpos is None else kpos
+        batch = cat(xp, [kb // max(Nk, 1), qb // max(Nq, 1)])
     count, total, weight, pre = match_sums(xp, kwords, qwords, batch, B, kpos, qpos, B * Nq, A.v, fmt)
     shape = (B, Nq) if A.batched else (Nq,)
     return EMAResult(count.reshape(shape), total.reshape(shape + (dv,)),
@@ -617,8 +617,8 @@ def ema_dense_reference(queries, keys, values, *, query_mask=None, key_mask=None
     Arguments as :func:`exact_match_attention` (inputs are copied to the host). ``rows``: compute
     only these (b, i) queries (the others stay 0); the dense ``weights`` matrix is returned only
     when ``rows`` is None."""
-    fmt = _check_fmt(fmt)
-    q, k, v, qm, km = (None if a is None else _numpy(a) for a in (queries, keys, values, query_mask, key_mask))
+    fmt = check_fmt(fmt)
+    q, k, v, qm, km = (None if a is None else to_numpy(a) for a in (queries, keys, values, query_mask, key_mask))
     A = _normalize(q, k, v, qm, km)
     B, Nq, Nk, kw, dv = A.B, A.Nq, A.Nk, A.kw, A.dv
     Q, K, V = A.q.reshape(B, Nq, kw), A.k.reshape(B, Nk, kw), A.v.reshape(B, Nk, dv)
@@ -655,14 +655,14 @@ def ema_dense_reference(queries, keys, values, *, query_mask=None, key_mask=None
 
 
 def _lowering_keys(x, bits: int, name: str, mask, mask_name: str):
-    a = _int_array(NP, _numpy(x), name)
+    a = int_array(NP, to_numpy(x), name)
     if a.ndim not in (1, 2):
         raise EMAError(f"{name}: must have shape [B, N] or [N] (one b-bit integer per token), got {a.shape}")
     batched = a.ndim == 2
     a = a if batched else a[None]
     if a.size and (a.min() < 0 or a.max() >= (1 << bits)):
         raise EMAError(f"{name}: keys must lie in [0, 2^bits) = [0, {1 << bits}), got [{a.min()}, {a.max()}]")
-    m = np.ones(a.shape, bool) if mask is None else _bool_array(NP, _numpy(mask), mask_name,
+    m = np.ones(a.shape, bool) if mask is None else _bool_array(NP, to_numpy(mask), mask_name,
                                                                    tuple(a.shape) if batched else a.shape[1:])
     return a, m.reshape(a.shape), batched
 
@@ -692,7 +692,7 @@ def lowered_head_vectors(query_keys, keys, *, bits: int, eta, fmt: Format, query
     with code(x) in {-1, +1}^b. query_keys [B, Nq] / keys [B, Nk] integers in [0, 2^b) ([N] for
     B = 1); masks as in :func:`exact_match_attention`. Returns raw numpy int64 arrays
     Q [B, Nq, b + 1] and K [B, 1 + Nk, b + 1] of ``fmt`` (unbatched inputs: without B)."""
-    fmt = _check_fmt(fmt)
+    fmt = check_fmt(fmt)
     if fmt is None:
         raise EMAError("fmt: the lowered head needs a FixedPoint format, got None")
     if isinstance(bits, bool) or not isinstance(bits, (int, np.integer)) or not 2 <= bits <= 62:
@@ -739,7 +739,7 @@ def lowering_conditions(fmt: Format, eta, bits: int, max_count: int) -> dict[str
     EMA). ``one_representable``: S <= max_raw (else the single-match weight saturates).
     The condition is the block's (:meth:`~exactformer.constructions.blocks.match.MatchHead.conditions`);
     this function checks the arguments."""
-    fmt = _check_fmt(fmt)
+    fmt = check_fmt(fmt)
     if fmt is None:
         raise EMAError("fmt: the lowered head needs a FixedPoint format, got None")
     _eta_raw(fmt, eta)

@@ -612,7 +612,7 @@ def float_attention(model, tokens: np.ndarray) -> list[np.ndarray]:
     import torch
     from torch.overrides import TorchFunctionMode
 
-    from exactformer.constructions.export.files import to_torch
+    from exactformer.constructions.export import to_torch
 
     class Recorder(TorchFunctionMode):
         def __init__(self) -> None:

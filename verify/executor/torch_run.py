@@ -1,7 +1,7 @@
 """Running a model as users run it: the exported float forward pass in torch.
 
 :func:`run_torch` gives the same :class:`~exactformer.verify.executor.exact.RunResult` as the exact
-executor, computed by :func:`exactformer.constructions.export.files.to_torch` in float32 or float64 (the
+executor, computed by :func:`exactformer.constructions.export.to_torch` in float32 or float64 (the
 module the float certificates describe, HookedTransformer's order of operations). Modules are kept
 per (model content fingerprint, dtype).
 """
@@ -14,7 +14,7 @@ from collections import OrderedDict
 import numpy as np
 import torch
 
-from exactformer.constructions.export.files import to_torch
+from exactformer.constructions.export import to_torch
 from exactformer.constructions.export.floats import ArithmeticWarning
 from exactformer.constructions.core.ir import CompiledModel, Inputs
 from exactformer.verify.executor.exact import RunResult, decode_logits

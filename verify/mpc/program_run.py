@@ -28,7 +28,7 @@ import numpy as np
 from exactformer.constructions.mpc.program import EMAProgram, Head, HeadOut, State
 from exactformer.constructions.mpc.protocol import present_rows
 from exactformer.precision import FixedPoint, Format
-from exactformer.verify.attention.ema import _check_fmt, exact_match_attention
+from exactformer.verify.attention.ema import check_fmt, exact_match_attention
 
 
 class EMAProgramError(ValueError):
@@ -144,7 +144,7 @@ def check_inputs(program: EMAProgram, inputs) -> np.ndarray:
 
 def trace(program: EMAProgram, inputs, fmt: Format | None = None, generic: bool = False) -> Iterator[LayerState]:
     """The state after ``init`` (layer 0) and after every layer."""
-    fmt = _check_fmt(fmt)  # the kernel's own check (EMAError): None or an int64-mode FixedPoint
+    fmt = check_fmt(fmt)  # the kernel's own check (EMAError): None or an int64-mode FixedPoint
     x = check_inputs(program, inputs)
     state = program.init(x)
     yield LayerState(0, "init", state)
