@@ -20,7 +20,8 @@ import exactformer as xf
 from exactformer.constructions.core import registry
 from exactformer.constructions.theorems.index_lookup import IndexLookupTask, index_lookup
 from exactformer.constructions.core.ir import CompiledModel
-from exactformer.cli.main import ALL_SAMPLES, app
+from exactformer.cli.commands import ALL_SAMPLES
+from exactformer.cli.main import app
 from exactformer.cli.options import builder_kwargs, parameter_docs
 from exactformer.cli.output import Steps, cell_text, plain_table
 

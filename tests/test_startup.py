@@ -36,3 +36,19 @@ def test_float_runs_import_torch_when_asked():
         "m = xf.build('index-lookup', n=16, alphabet=4)\n"
         "assert xf.verify(m, mode='sample', samples=4, arithmetic='float32').passed\n")
     assert "torch" in mods
+
+
+def test_help_and_import_load_nothing_heavy():
+    """``import exactformer`` and ``exactformer --help`` import no numpy, no construction and no
+    torch (the API's names and the commands are imported when used)."""
+    mods = _modules_after("import exactformer")
+    assert not {"numpy", "torch", "exactformer.api"} & mods
+    mods = _modules_after("from exactformer.cli.main import app\n"
+                          "try:\n    app(['--help'])\nexcept SystemExit:\n    pass")
+    assert not {"numpy", "torch", "exactformer.constructions.core.registry", "exactformer.cli.commands"} & mods
+
+
+def test_the_api_names_resolve_when_used():
+    mods = _modules_after("import exactformer as xf\nassert callable(xf.build) and callable(xf.verify)\n"
+                          "assert 'index-lookup' in xf.constructions()")
+    assert "exactformer.api" in mods and "torch" not in mods

@@ -19,7 +19,8 @@ from typing import Any
 import typer
 
 from exactformer.constructions.core import registry
-from exactformer.cli.main import BUILD_OPTIONS, FIND_MIN_OPTIONS, VERIFY_OPTIONS, app, dir_command
+from exactformer.cli.commands import BUILD_OPTIONS, FIND_MIN_OPTIONS, VERIFY_OPTIONS, dir_command
+from exactformer.cli.main import app
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "cli.md"
 BLOCK = re.compile(r"<!-- BEGIN GENERATED (?P<name>[\w:-]+) -->\n(?P<body>.*?)<!-- END GENERATED (?P=name) -->", re.S)

@@ -1,0 +1,416 @@
+"""The ``build`` and ``verify`` commands (docs/cli.md), on the API: ``xf.build``, ``xf.verify``,
+``xf.save``, ``xf.load``.
+
+A construction's options come from its builder's signature and docstring
+(:mod:`exactformer.cli.options`); the verification options are checked by the API's own checks
+(:mod:`exactformer.verify.verifier`) and a refusal names the option. This module is imported when
+a ``build`` or ``verify`` subcommand is resolved (:mod:`exactformer.cli.main`), not when the command
+line starts.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any, NoReturn, Optional
+
+import typer
+
+import exactformer as xf
+from exactformer.arguments import ArgumentError, parse_int
+from exactformer.cli.options import builder_kwargs, command, construction_options
+from exactformer.cli.output import EXIT_FAILED, Steps, fail, print_json, print_table
+from exactformer.constructions.core import registry
+from exactformer.constructions.core.ir import CompiledModel
+from exactformer.constructions.core.task import EXHAUSTIVE_LIMIT, MODES, format_count
+from exactformer.constructions.export import ManifestError, read_manifest
+from exactformer.verify.precision_scan import find_min_precision
+from exactformer.verify.verifier import (ARITHMETICS, COUNTS_MEANING, COVERS, DEFAULT_SAMPLES, DEVICES, Report,
+                                         VerifyError, check_arithmetic, check_device, check_mode, check_samples,
+                                         check_sampling, check_seed, choose_mode, lacks, task_of)
+
+DEFAULT_N = 4096  # verify all
+#: verify all: random inputs of each sampled row (plus its adversarial ones) unless --samples is given; fewer
+#: than sample mode's default so that verify all at N = 4096 stays within seconds (docs/cli.md, docs/benchmarks.md)
+ALL_SAMPLES = 100
+
+
+# ------------------------------------------------------------------------------------------------
+# the subcommands
+# ------------------------------------------------------------------------------------------------
+
+
+def typer_command(name: str, fn: Any, help: str, short_help: str | None = None) -> Any:
+    """A click command from a function with typer options."""
+    t = typer.Typer(rich_markup_mode=None, add_completion=False)
+    t.command(name, help=help, short_help=short_help)(fn)
+    cmd = typer.main.get_command(t)
+    cmd.name = name
+    return cmd
+
+
+def _help(name: str) -> str:
+    c = registry.get(name)
+    first = (inspect.getdoc(c.builder) or "").split("\n\n")[0].replace("\n", " ")
+    return f"{first} ({c.theorem})"
+
+
+def build_command(name: str) -> Any:
+    """``build <name>``: the construction's options and the build options."""
+    return typer_command(name, command(construction_options(name) + BUILD_OPTIONS, lambda kw: _build(name, kw), ""),
+                         _help(name), registry.get(name).theorem)
+
+
+def verify_command(name: str) -> Any:
+    """``verify <name>``, ``verify all``."""
+    if name == "all":
+        return typer_command("all", command(_ALL_OPTIONS, _verify_all, ""), _ALL_HELP, "every construction, one table")
+    opts = construction_options(name) + VERIFY_OPTIONS + FIND_MIN_OPTIONS
+    return typer_command(name, command(opts, lambda kw: _verify_named(name, kw), ""), _help(name),
+                         registry.get(name).theorem)
+
+
+def dir_command(path: str) -> Any:
+    """``verify DIR``: the verification options alone."""
+    return typer_command(path, command(VERIFY_OPTIONS, lambda kw: _verify_dir(path, kw), ""), _DIR_HELP)
+
+
+# ------------------------------------------------------------------------------------------------
+# options shared by the commands
+# ------------------------------------------------------------------------------------------------
+
+
+def _opt(name: str, annotation: Any, default: Any) -> inspect.Parameter:
+    return inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=annotation)
+
+
+_JSON = _opt("json", bool, typer.Option(False, "--json", help="print one JSON object on stdout (schema: docs/cli.md)"))
+BUILD_OPTIONS = [
+    _opt("out", Optional[Path], typer.Option(None, "--out", metavar="DIR", show_default=False,
+                                             help="the directory to write (created if missing). Required.")),
+    _opt("compact", bool, typer.Option(False, "--compact", help="leave out the float file's embeddings: they are "
+                                                                "generated from the position codes on load (docs/exports.md)")),
+    _JSON,
+]
+VERIFY_OPTIONS = [
+    _opt("mode", Optional[str], typer.Option(
+        None, "--mode", metavar="MODE", show_default=False,
+        help=f"{' | '.join(MODES)}: certify ({COVERS['certify']}), exhaustive ({COVERS['exhaustive']}, at most "
+             f"{format_count(EXHAUSTIVE_LIMIT)} inputs), sample ({COVERS['sample']}). Default: the strongest mode the "
+             "construction has (certify where it has a certificate, else exhaustive where the inputs fit, else "
+             "sample), named in the report; a mode it does not have is refused")),
+    _opt("samples", Optional[str], typer.Option(
+        None, "--samples", metavar="COUNT", show_default=False,
+        help=f"sample mode: random inputs (plus as many adversarial ones), >= 1. Default: {DEFAULT_SAMPLES} "
+             f"({ALL_SAMPLES} per sampled row in verify all)")),
+    _opt("seed", Optional[str], typer.Option(
+        None, "--seed", metavar="SEED", show_default=False,
+        help="sample mode: seed of the random inputs (the adversarial ones use seed + 1), >= 0. Default: 0")),
+    _opt("device", str, typer.Option("cpu", "--device", metavar="DEVICE",
+                                     help=f"{' | '.join(DEVICES)}: where the executor runs (cuda: refused without a "
+                                          "CUDA device)")),
+    _opt("arithmetic", Optional[str], typer.Option(
+        None, "--arithmetic", metavar="ARITH", show_default=False,
+        help=f"{' | '.join(ARITHMETICS)}: fixed (the default) runs the exact executor in the model's fixed-point "
+             "format; float32 / float64 check the exported torch forward pass (certify: rigorous float error bounds), "
+             "real the exact real-number forward pass")),
+    _JSON,
+]
+FIND_MIN_OPTIONS = [
+    _opt("find_min_precision", bool, typer.Option(
+        False, "--find-min-precision", help="instead of verifying: the smallest precision that certifies, scanning "
+                                            "upward (see --scan); exit 1 if none up to the top of the scan does")),
+    _opt("scan", Optional[str], typer.Option(
+        None, "--scan", metavar="KIND", show_default=False,
+        help="with --find-min-precision: binary (frac bits 1..24 at int=6; the default) | paper (kc 1..4 of App. B.2)")),
+]
+_ALL_OPTIONS = [
+    _opt("n", str, typer.Option(str(DEFAULT_N), "--n", metavar="N", help="input length N of every construction "
+                                                                          "(an integer or 2^k)")),
+    *VERIFY_OPTIONS,
+]
+_ALL_HELP = ("Build every registered construction at --n with its builder's defaults, verify each in the strongest "
+             "mode it has (or in --mode where it has that mode; a row without it runs its strongest, and says so) and "
+             "print one table saying which mode and how many inputs; exit 1 if any fails.")
+_DIR_HELP = "Verify the model saved in this directory (by `exactformer build`), at the precision it was built for."
+
+
+@dataclass
+class _Verification:
+    """The verification options, checked (the API's checks: :mod:`exactformer.verify.verifier`)."""
+
+    mode: str | None
+    samples: int | None
+    seed: int | None
+    device: str
+    arithmetic: str
+    json: bool
+
+
+def _bad(e: VerifyError, as_json: bool) -> NoReturn:
+    """An API argument error as the command line's error: the parameter as its option."""
+    fail(f"--{e.parameter.replace('_', '-')}: {e.reason}", as_json)
+
+
+def _verify_args(kw: dict[str, Any]) -> _Verification:
+    """The verification options from their text, checked by the API's checks; a given mode is also
+    checked against --samples and --seed here, before anything is built."""
+    as_json = kw["json"]
+    try:
+        samples = None if kw["samples"] is None else parse_int(kw["samples"], "--samples", ">= 1")
+        seed = None if kw["seed"] is None else parse_int(kw["seed"], "--seed", ">= 0")
+    except ArgumentError as e:
+        fail(str(e), as_json)
+    try:
+        v = _Verification(check_mode(kw["mode"]), check_samples(samples), check_seed(seed), check_device(kw["device"]),
+                          check_arithmetic(kw.get("arithmetic") or "fixed"), as_json)
+        if v.mode is not None:
+            check_sampling(v.mode, v.samples, v.seed)
+    except VerifyError as e:
+        _bad(e, as_json)
+    return v
+
+
+# ------------------------------------------------------------------------------------------------
+# build
+# ------------------------------------------------------------------------------------------------
+
+
+def _construct(name: str, kw: dict[str, Any], as_json: bool, steps: Steps) -> tuple[Any, dict[str, Any]]:
+    """The model built from its command-line options by ``xf.build`` (and the builder keywords used)."""
+    try:
+        kwargs = builder_kwargs(name, kw)
+        steps.step(f"build {name} n={kwargs['n']}")
+        return xf.build(name, **kwargs), kwargs
+    except ValueError as e:
+        fail(str(e) if isinstance(e, ArgumentError) else f"{name}: {e}", as_json)
+
+
+def _build(name: str, kw: dict[str, Any]) -> None:
+    as_json, out, compact = kw.pop("json"), kw.pop("out"), kw.pop("compact")
+    if out is None:
+        fail("--out is required: the directory to write (created if missing)", as_json)
+    if out.exists() and not out.is_dir():
+        fail(f"--out: {str(out)!r} exists and is not a directory", as_json)
+    with Steps(lines=not as_json) as steps:
+        model, _ = _construct(name, kw, as_json, steps)
+        steps.step(f"certify {name} n={model.n} (its format, float64, float32) and write {out}")
+        try:
+            path = xf.save(model, out, dense=not compact)
+        except VerifyError as e:
+            _bad(e, as_json)
+        except (ValueError, OSError) as e:
+            fail(f"--out {str(out)!r}: {e}", as_json)
+    certified = read_manifest(path)["certified_arithmetics"]
+    summary = model.summary() | {"out": str(path), "files": sorted(p.name for p in path.iterdir() if p.is_file()),
+                                 "certified_arithmetics": certified}
+    if as_json:
+        print_json(summary)
+        return
+    rows = [[k, summary[k], ""] for k in ("n", "layers", "heads", "d_model", "d_head", "d_mlp", "width", "parameters",
+                                          "precision")]
+    rows += [[k, p["value"], p["formula"]] for k, p in summary["params"].items()]
+    rows.append(["certified in", ", ".join(certified["certified"]) or "none",
+                 "not certified: " + (", ".join(certified["not_certified"]) or "none")])
+    rows.append(["out", summary["out"], ", ".join(summary["files"])])
+    print_table(f"{summary['construction']} ({summary['theorem']})", ["quantity", "value", "formula"], rows)
+
+
+# ------------------------------------------------------------------------------------------------
+# verify
+# ------------------------------------------------------------------------------------------------
+
+
+def _run(model: Any, v: _Verification, steps: Steps) -> Report:
+    """Verify with progress (certificate steps, or a bar over the inputs)."""
+    try:
+        chosen, _ = choose_mode(task_of(model), model, v.mode)
+        what = f"{chosen} {model.construction} n={model.n}" + ("" if v.arithmetic == "fixed" else f" in {v.arithmetic}")
+        steps.step(what)
+        total = task_of(model).count(model) if chosen == "exhaustive" else 2 * (v.samples or DEFAULT_SAMPLES)
+        progress = steps.bar(total, "inputs") if chosen != "certify" else None
+        return xf.verify(model, mode=v.mode, samples=v.samples, seed=v.seed, device=v.device, progress=progress,
+                          phase=lambda name: steps.step(f"{what}: {name}"), arithmetic=v.arithmetic)
+    except VerifyError as e:
+        _bad(e, v.json)
+
+
+def _verify_named(name: str, kw: dict[str, Any]) -> None:
+    find, scan = kw.pop("find_min_precision"), kw.pop("scan")
+    v = _verify_args(kw)
+    if find:
+        given = [f"--{o}" for o in ("mode", "samples", "seed", "precision") if kw.get(o) is not None]
+        if given:
+            fail(f"--find-min-precision certifies at each precision it scans: {', '.join(given)} do not apply", v.json)
+        scan = scan or "binary"
+        if scan not in ("binary", "paper"):
+            fail(f"--scan must be binary or paper, got {scan!r}", v.json)
+        if v.arithmetic != "fixed":
+            fail("--arithmetic: --find-min-precision scans fixed-point formats only", v.json)
+    elif scan is not None:
+        fail("--scan: only with --find-min-precision", v.json)
+    for o in ("mode", "samples", "seed", "device", "arithmetic", "json"):
+        kw.pop(o)
+    with Steps(lines=not v.json) as steps:
+        model, kwargs = _construct(name, kw, v.json, steps)
+        if find:
+            steps.step(f"scan {scan} precisions of {name} n={model.n}")
+            scanned = _find_min(name, model, kwargs, scan, v.device)
+        else:
+            report = _run(model, v, steps)
+    if find:
+        _emit_scan(scanned, v.json)
+    else:
+        _emit_report(report, v.json)
+
+
+def _verify_dir(path: str, kw: dict[str, Any]) -> None:
+    v = _verify_args(kw)
+    with Steps(lines=not v.json) as steps:
+        steps.step(f"load {path}")
+        try:
+            model = xf.load(path)
+        except (ManifestError, ValueError, OSError) as e:
+            fail(f"{path}: {e}", v.json)
+        report = _run(model, v, steps)
+    _emit_report(report, v.json)
+
+
+def _counts_rows(counts: dict[str, int]) -> list[list[Any]]:
+    return [[key, f"{val}: {COUNTS_MEANING.get(key, '')}"] for key, val in counts.items()]
+
+
+def inputs_text(r: Report) -> str:
+    """How many inputs a report covers, of how many, and (sampled) with which seed."""
+    if r.inputs_covered == "all":
+        return f"all {r.input_count}"
+    text = f"{r.inputs_covered} of {r.input_count}"
+    return text + (f" ({r.samples} random, seed {r.seed}, the rest adversarial)" if r.mode == "sample" else "")
+
+
+def _emit_report(report: Report, as_json: bool) -> None:
+    d = report.to_dict()
+    if as_json:
+        print_json(d)
+    else:
+        rows = [["result", "PASS" if d["passed"] else "FAIL"], ["reason", d["reason"]]]
+        if d["mode_reason"]:
+            rows.append(["mode chosen", d["mode_reason"]])
+        rows.append(["inputs", inputs_text(report)])
+        rows += [[k, d[k]] for k in ("theorem", "precision", "precision_bits", "eta", "eta_paper", "k", "layers",
+                                     "heads", "width", "size_bits", "min_margin")]
+        rows += _counts_rows(d["counts"])
+        if d["counterexample"]:
+            rows.append(["counterexample", json.dumps(d["counterexample"], default=str)])
+        rows += [[f"details: {k}", v] for k, v in d["details"].items()]
+        rows.append(["seconds", round(d["seconds"], 3)])
+        print_table(f"verify {d['construction']} n={d['n']} ({d['mode']})", ["field", "value"], rows)
+    if not report.passed:
+        raise typer.Exit(EXIT_FAILED)
+
+
+def _find_min(name: str, model: CompiledModel, kwargs: dict[str, Any], kind: str, device: str) -> dict[str, Any]:
+    """The precision scan (:func:`~exactformer.verify.precision_scan.find_min_precision`) as the
+    command's JSON object."""
+    builder = registry.get(name).builder
+    t0 = time.perf_counter()
+    res = find_min_precision(lambda fmt: builder(**(kwargs | {"precision": fmt})), kind=kind, n=model.n, device=device)
+    return {"construction": name, "theorem": model.theorem, "n": model.n, "mode": "find-min-precision", "kind": kind,
+            "passed": res.value is not None, "min_value": res.value, "precision": res.format,
+            "passing": res.passing, "checked_up_to": res.checked_up_to,
+            "results": [{"value": v, "precision": r["format"], "passed": r["passed"], "reason": r["reason"]}
+                        for v, r in res.results.items()],
+            "seconds": time.perf_counter() - t0}
+
+
+def _emit_scan(out: dict[str, Any], as_json: bool) -> None:
+    if as_json:
+        print_json(out)
+    else:
+        what = "frac bits (int=6)" if out["kind"] == "binary" else "kc"
+        print_table(f"smallest precision of {out['construction']} n={out['n']}: {out['precision'] or 'none found'}",
+                    [what, "precision", "certified", "reason"],
+                    [[r["value"], r["precision"], "yes" if r["passed"] else "no", r["reason"]] for r in out["results"]])
+    if not out["passed"]:
+        raise typer.Exit(EXIT_FAILED)
+
+
+@dataclass
+class _Row:
+    """One construction of ``verify all``: its model, the mode it runs in (``chosen``), its options
+    and what differs from the command's options (``note``)."""
+
+    name: str
+    model: Any
+    chosen: str
+    options: _Verification
+    note: str | None
+
+
+def _plan(name: str, model: Any, v: _Verification) -> _Row:
+    """How ``verify all`` runs one construction: in --mode where the construction has it (exhaustive
+    over the limit is refused before anything runs), else in its strongest mode; an EMA program in
+    exact arithmetic on the CPU; --samples and --seed for sampled rows only. Every difference from
+    the options is the row's note."""
+    task, notes = task_of(model), []
+    mode = v.mode
+    if mode is not None and mode not in task.modes:
+        notes.append(f"{lacks(name, mode)} (its modes: {' | '.join(task.modes)}): ran in its strongest")
+        mode = None
+    try:
+        chosen, _ = choose_mode(task, model, mode)
+    except VerifyError as e:
+        _bad(e, v.json)
+    device, arithmetic = v.device, v.arithmetic
+    if not isinstance(model.compiled, CompiledModel):  # an EMA program
+        if arithmetic != "fixed":
+            notes.append(f"an EMA program has no float forward pass: checked in exact arithmetic, not {arithmetic}")
+            arithmetic = "fixed"
+        if device != "cpu":
+            notes.append(f"an EMA program runs on the CPU (numpy), not {device}")
+            device = "cpu"
+    sampled = chosen == "sample"
+    options = replace(v, mode=mode, device=device, arithmetic=arithmetic, samples=v.samples if sampled else None,
+                      seed=v.seed if sampled else None)
+    return _Row(name, model, chosen, options, "; ".join(notes) or None)
+
+
+def _verify_all(kw: dict[str, Any]) -> None:
+    v = _verify_args(kw)
+    try:
+        n = parse_int(kw["n"], "--n", "an integer or 2^k")
+    except ArgumentError as e:
+        fail(str(e), v.json)
+    samples = ALL_SAMPLES if v.samples is None else v.samples
+    with Steps(lines=not v.json) as steps:
+        rows = [_plan(name, _construct(name, {"n": str(n)}, v.json, steps)[0], replace(v, samples=samples))
+                for name in registry.names()]
+        sampled = [r.name for r in rows if r.chosen == "sample"]
+        given = [f"--{o}" for o in ("samples", "seed") if getattr(v, o) is not None]  # as typed, not ALL_SAMPLES
+        if given and not sampled:
+            fail(f"{' and '.join(given)}: only for sampled rows, and at n={n} no row is sampled", v.json)
+        done = steps.overall(len(rows), "constructions")
+        reports = []
+        for r in rows:
+            reports.append(_run(r.model, r.options, steps))
+            if done:
+                done(1)
+    passed = all(rep.passed for rep in reports)
+    if v.json:
+        print_json({"n": n, "mode": v.mode, "samples": samples, "seed": v.seed or 0, "passed": passed,
+                    "reports": [rep.to_dict() | {"name": r.name, "note": r.note} for r, rep in zip(rows, reports)]})
+    else:
+        table = [[r.name, rep.theorem.split(" (")[0], rep.layers, rep.heads, rep.width, rep.precision,
+                  rep.precision_bits, rep.size_bits, rep.mode + (" (see note)" if r.note else ""), inputs_text(rep),
+                  "PASS" if rep.passed else "FAIL", f"{rep.seconds:.2f}"] for r, rep in zip(rows, reports)]
+        print_table(f"exactformer: every construction at n = {n}",
+                    ["construction", "theorem", "layers", "heads", "width", "precision", "bits", "size (bits)", "mode",
+                     "inputs", "result", "seconds"], table)
+        for r, rep in zip(rows, reports):
+            if r.note or not rep.passed:
+                typer.echo(f"{r.name}: {'; '.join(x for x in (r.note, None if rep.passed else rep.reason) if x)}")
+    if not passed:
+        raise typer.Exit(EXIT_FAILED)
