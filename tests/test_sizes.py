@@ -18,6 +18,7 @@ from typer.testing import CliRunner
 from exactformer.constructions.core import registry
 from exactformer.precision import parse_format
 from exactformer.verify.bounds import lower_bounds as lb
+from exactformer.verify.bounds import figures
 from exactformer.verify.bounds import sizes as sz
 from exactformer.verify.executor.exact import run
 
@@ -192,12 +193,12 @@ def test_exact_attention_reproduces_the_executor(name, n, kw):
     else:
         examples = (rng.integers(0, 2, (7, n)) * (2 if name == "equality" else 1) - (name == "equality")).tolist()
     tokens = registry.task_of(model).encode_batch(model, examples)
-    weights, logits = sz.exact_attention(model, tokens, fmt)
+    weights, logits = figures.exact_attention(model, tokens, fmt)
     assert np.array_equal(logits, run(model, tokens, fmt).logits[:, -1])
     for b in (1, 2):  # the same rows with fewer inputs
-        w_b, l_b = sz.exact_attention(model, tokens[:b], fmt)
+        w_b, l_b = figures.exact_attention(model, tokens[:b], fmt)
         assert np.array_equal(l_b, logits[:b]) and all(np.array_equal(x, y[:b]) for x, y in zip(w_b, weights))
-    flt = sz.float_attention(model, tokens)
+    flt = figures.float_attention(model, tokens)
     assert [w.shape for w in flt] == [w.shape for w in weights]
     assert np.allclose(np.sum(flt[0], axis=-1), 1.0)
     sums = fmt.to_fraction(np.sum(weights[0], axis=-1))
@@ -215,7 +216,7 @@ def test_generator_runs(tmp_path):
     doc_md = tmp_path / "sizes.md"
     doc_md.write_text("".join(f"<!-- BEGIN GENERATED {b} -->\nSTALE\n<!-- END GENERATED {b} -->\n"
                               for b in sz.doc_blocks(sz.report(specs, [16], cheap_provider), "x")))
-    paths = sz.generate_figures(tmp_path / "fig", [16, 32, 64], cheap_provider, specs, doc_md)
+    paths = figures.generate_figures(tmp_path / "fig", [16, 32, 64], cheap_provider, specs, doc_md)
     names = {p.name for p in paths}
     assert {"sizes.json", "sizes-index-lookup.png", "sizes-equality.csv", "sizes-dyck.png",
             "attention-equality-n8.png", "attention-index-lookup-n16.csv", "sizes.md"} <= names
@@ -241,7 +242,7 @@ def test_family_figures_draw_every_line_visibly_with_legends_outside(tmp_path):
     ns = [16, 32, 64, 128]
     for fam, merged in (("equality", "equality = inequality (built): width x heads"),
                         ("index-lookup", "RNN (Thm 3): m >= ceil(N/p) = RNN (Prop. 9): m >= ceil(N/p), N pairs")):
-        fig = sz.plot_families([(fam, sz.family_series(fam, ns, cheap_provider))], tmp_path / f"{fam}.png")
+        fig = figures.plot_families([(fam, figures.family_series(fam, ns, cheap_provider))], tmp_path / f"{fam}.png")
         renderer = _drawn(fig)
         for ax in fig.axes:
             legend = ax.get_legend()
@@ -253,7 +254,7 @@ def test_family_figures_draw_every_line_visibly_with_legends_outside(tmp_path):
             assert all(l.get_marker() not in ("None", "", None) for l in lines if "(built)" in l.get_label())
         assert merged in [" ".join(t.get_text().split()) for t in fig.axes[0].get_legend().get_texts()], fam
         assert all(ax.get_window_extent(renderer).width > 300 for ax in fig.axes), fam  # legends do not squeeze
-        assert fig._suptitle.get_text() == sz.REFERENCE_NOTE
+        assert fig._suptitle.get_text() == figures.REFERENCE_NOTE
 
 
 def test_family_figures_say_what_they_do_not_show(tmp_path):
@@ -261,10 +262,10 @@ def test_family_figures_say_what_they_do_not_show(tmp_path):
     it has none and carries no title about lower bounds."""
     ns = [16, 32, 64]
     for fam in ("dyck", "k-hop"):
-        fig = sz.plot_families([(fam, sz.family_series(fam, ns, cheap_provider))], tmp_path / f"{fam}.png")
-        assert all(sz.BOUNDS_ONLY in ax.get_title() for ax in fig.axes), fam
-    fig = sz.plot_families([("match2", sz.family_series("match2", ns, cheap_provider))], tmp_path / "m.png")
-    assert all(sz.NO_BOUND in ax.get_title() and sz.BOUNDS_ONLY not in ax.get_title() for ax in fig.axes)
+        fig = figures.plot_families([(fam, figures.family_series(fam, ns, cheap_provider))], tmp_path / f"{fam}.png")
+        assert all(figures.BOUNDS_ONLY in ax.get_title() for ax in fig.axes), fam
+    fig = figures.plot_families([("match2", figures.family_series("match2", ns, cheap_provider))], tmp_path / "m.png")
+    assert all(figures.NO_BOUND in ax.get_title() and figures.BOUNDS_ONLY not in ax.get_title() for ax in fig.axes)
     assert "lower bound" not in fig._suptitle.get_text()
 
 
@@ -272,10 +273,10 @@ def test_attention_float_panel_says_why_it_is_paler(tmp_path):
     """The float64 panel names the real softmax's weight on the target where the exact row is
     one-hot; Index Lookup's (0.773 at N = 16, also quoted in docs/sizes.md) meets the readout's
     3/4, and the title says why exact and float differ."""
-    pic = sz.ATTENTION_PICTURES[0]
-    fmt, panels, certified = sz.picture_panels(pic)
-    fig = sz.plot_picture(pic, fmt, panels, tmp_path / "a.png", certified)
-    target = sz.float_target_weight(panels[0])
+    pic = figures.ATTENTION_PICTURES[0]
+    fmt, panels, certified = figures.picture_panels(pic)
+    fig = figures.plot_picture(pic, fmt, panels, tmp_path / "a.png", certified)
+    target = figures.float_target_weight(panels[0])
     assert certified and 0.75 <= target < 1
     exact_ax, float_ax = fig.axes[0], fig.axes[1]
     assert f"real softmax: target weight {target:.3f}" in float_ax.get_title()
@@ -322,12 +323,12 @@ def test_committed_figure_data_is_current(committed):
     assert {f"sizes-{f}.csv" for f in fams} == {p.name for p in FIGURES.glob("sizes-*.csv")}
     for fam in fams:
         old = list(csv.DictReader((FIGURES / f"sizes-{fam}.csv").open()))
-        new = list(csv.DictReader(io.StringIO(sz.series_csv(sz.family_series(fam, committed["n"], cheap_provider, specs)))))
+        new = list(csv.DictReader(io.StringIO(figures.series_csv(figures.family_series(fam, committed["n"], cheap_provider, specs)))))
         assert [r for r in old if r["kind"] != "built" or int(r["n"]) <= CHEAP_MAX_N] == new, fam
         assert {f"{fam}.png"} <= {p.name.removeprefix("sizes-") for p in FIGURES.glob("sizes-*.png")}
-    for pic in sz.ATTENTION_PICTURES:
-        _, panels, _ = sz.picture_panels(pic)
-        assert (FIGURES / f"{pic.name}.csv").read_text() == sz.picture_csv(panels), pic.name
+    for pic in figures.ATTENTION_PICTURES:
+        _, panels, _ = figures.picture_panels(pic)
+        assert (FIGURES / f"{pic.name}.csv").read_text() == figures.picture_csv(panels), pic.name
         assert (FIGURES / f"{pic.name}.png").stat().st_size <= 150_000
     for png in FIGURES.glob("*.png"):
         assert png.stat().st_size <= 150_000, png.name

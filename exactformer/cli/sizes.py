@@ -14,6 +14,7 @@ from typing import Callable, Optional
 
 import typer
 
+from exactformer.verify.bounds import figures as fig
 from exactformer.verify.bounds import sizes as sz
 from exactformer.cli.output import fail, print_json, print_table
 
@@ -85,7 +86,7 @@ def sizes(
         ns = sz.n_values(sz.parse_n(n_min, "--n-min"), sz.parse_n(n_max, "--n-max"), step)
         provider = _rows_provider(recompute, specs, ns)
         if figures is not None:
-            paths = sz.generate_figures(figures, ns, provider, specs=specs, doc_path=doc,
+            paths = fig.generate_figures(figures, ns, provider, specs=specs, doc_path=doc,
                                         progress=_progress(len(specs) * len(ns), json))
             if json:
                 print_json({"written": [str(p) for p in paths]})
@@ -94,7 +95,7 @@ def sizes(
             return
         if plot is not None:
             fams = sz.figure_families(s.family for s in specs)
-            sz.plot_families([(f, sz.family_series(f, ns, provider, specs)) for f in fams], plot)
+            fig.plot_families([(f, fig.family_series(f, ns, provider, specs)) for f in fams], plot)
             typer.echo(str(plot))
             return
         doc_ = sz.report(specs, ns, provider, _progress(len(specs) * len(ns), json))

@@ -1,4 +1,4 @@
-"""Size tables and figures: what exactformer builds against the papers' lower bounds (docs/sizes.md).
+"""Size tables: what exactformer builds against the papers' lower bounds (docs/sizes.md).
 
 A *size row* is what one built model costs: layers, heads, d_model, d_head, width, precision bits,
 stored parameters and total size in bits (:class:`SizeRow`). Rows come from a *size provider*
@@ -15,9 +15,8 @@ Each row is set beside the lower bounds of its task (:mod:`exactformer.verify.bo
 evaluated at the built model's own precision p ("the same precision"), or, for rows not built, at
 the paper's App. B.2 precision with Kc = 1 (``p_source = "reference"``).
 
-Figures (``exactformer sizes --figures DIR``): one log-log plot per task family (built width x
-heads and size in bits against the bounds at the App. B.2 precision), and attention patterns of
-small built models, each with the CSV of the numbers it draws.
+The rows come from the constructions' registrations (``sizes=SizeRows(...)``, or ``NoRows``: the
+reason a construction has none). Figures: :mod:`exactformer.verify.bounds.figures`.
 """
 
 from __future__ import annotations
@@ -27,20 +26,14 @@ import csv
 import functools
 import io
 import json
-import os
 import re
-import textwrap
-from dataclasses import asdict, dataclass, field
-from fractions import Fraction
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable
-
-import numpy as np
 
 from exactformer.constructions.core import registry
 from exactformer.constructions.core.registry import BUILD_MAX_N, Claim
 from exactformer.constructions.core.builder import shapes_only
-from exactformer.precision import Format, parse_format
 from exactformer.verify.bounds import lower_bounds as lb
 
 SCHEMA = "exactformer-sizes/1"
@@ -189,7 +182,7 @@ def formula_size_row(spec: SizeSpec, n: int) -> SizeRow:
 SIZE_PROVIDER: SizeProvider = formula_size_row
 
 
-def _provider(provider: SizeProvider | None) -> SizeProvider:
+def provider_or_default(provider: SizeProvider | None) -> SizeProvider:
     return provider if provider is not None else SIZE_PROVIDER
 
 
@@ -221,7 +214,7 @@ class CommittedSizes:
 
     def __call__(self, spec: SizeSpec, n: int) -> SizeRow:
         if not self.holds(spec, n):
-            return _provider(self.fallback)(spec, n)
+            return provider_or_default(self.fallback)(spec, n)
         row = self.rows[(spec.name, n)]
         if row["built"] is None:
             raise SizeUnavailable(row["not_built"])
@@ -318,7 +311,7 @@ def bound_values(keys: Iterable[str], n: int, p: int) -> dict[str, dict[str, int
 def report(specs: Iterable[SizeSpec], ns: list[int], provider: SizeProvider | None = None,
            progress: Callable[[], None] | None = None) -> dict[str, Any]:
     """The sizes document (schema in docs/sizes.md): one row per (spec, N)."""
-    provider = _provider(provider)
+    provider = provider_or_default(provider)
     specs = list(specs)
     rows = []
     for s in specs:
@@ -444,352 +437,12 @@ def separation_lines(doc: dict[str, Any], spec_name: str) -> list[str]:
     return out
 
 
-# ------------------------------------------------------------------------------------------------
-# family figures: built sizes against the bounds at the reference precision
-# ------------------------------------------------------------------------------------------------
-
-
-@dataclass
-class Series:
-    """One plotted line: ``points`` are (N, value, p) with p the precision the value assumes. Its
-    label is ``name + detail`` ("equality" + " (built): width x heads")."""
-
-    name: str
-    detail: str
-    kind: str  # "built", "lower", "upper", "alternative"
-    quantity: str  # "units" (width x heads, hidden units, width) or "bits"
-    points: list[tuple[int, int, int]] = field(default_factory=list)
-
-    @property
-    def label(self) -> str:
-        return self.name + self.detail
-
-
-def family_series(family: str, ns: list[int], provider: SizeProvider | None = None,
-                  specs: Iterable[SizeSpec] | None = None) -> list[Series]:
-    """The lines of one family's figure: every spec of the family (built width x heads and size in
-    bits, N <= its provider's range) and every explicit bound of the family at the reference p."""
-    provider = _provider(provider)
-    specs = [s for s in (specs if specs is not None else SIZE_SPECS.values()) if s.family == family]
-    out: list[Series] = []
-    for s in specs:
-        units = Series(s.name, " (built): width x heads", "built", "units")
-        bits = Series(s.name, " (built): size", "built", "bits")
-        for n in ns:
-            try:
-                r = provider(s, n)
-            except SizeUnavailable:
-                continue
-            units.points.append((n, r.width * r.heads, r.precision_bits))
-            bits.points.append((n, r.size_bits, r.precision_bits))
-        out += [x for x in (units, bits) if x.points]
-    keys = [k for k in lb.FAMILIES[family].bounds if lb.BOUNDS[k].explicit]
-    for k in keys:
-        b = lb.BOUNDS[k]
-        name = f"{b.model} ({b.short}): {b.formula}"
-        units = Series(name, "", b.kind, "units")
-        bits = Series(name, "; bits", b.kind, "bits")
-        for n in ns:
-            p = reference_p(n)
-            u, bb = lb.evaluate(b, n, p)
-            if u is not None:
-                units.points.append((n, u, p))
-            if bb is not None:
-                bits.points.append((n, bb, p))
-        out += [x for x in (units, bits) if x.points]
-    return out
-
-
-def series_csv(series: list[Series]) -> str:
-    buf = io.StringIO()
-    w = csv.writer(buf, lineterminator="\n")
-    w.writerow(["series", "kind", "quantity", "n", "value", "p"])
-    for s in series:
-        for n, v, p in s.points:
-            w.writerow([s.label, s.kind, s.quantity, n, v, p])
-    return buf.getvalue()
-
-
-_STYLE = {"built": dict(ls="-", ms=3), "lower": dict(ls="--"), "upper": dict(ls=":"), "alternative": dict(ls="-.")}
-_BUILT_MARKERS = "osD^v<>"
-REFERENCE_NOTE = ("lower bounds at P1 App. B.2 precision with Kc = 1 (p = 2 log2 N + 2 bits); "
-                  "built models at their own precision")
-BOUNDS_ONLY = "bounds only: no stored-weight model of this family is built (docs/sizes.md says why)"
-NO_BOUND = "no lower bound: neither paper states one for this family"
-
-
-def merged_series(series: list[Series]) -> list[Series]:
-    """The lines to draw: series with equal kind, quantity and points are drawn once, labelled with
-    every name ("equality = inequality (built): width x heads", "RNN (Thm 3): m >= ceil(N/p) =
-    RNN (Prop. 9): m >= ceil(N/p), N pairs"), so that no line hides under an identical one."""
-    out: dict[tuple, Series] = {}
-    for s in series:
-        key = (s.kind, s.quantity, tuple(s.points))
-        if key not in out:
-            out[key] = s
-            continue
-        o = out[key]
-        out[key] = (Series(f"{o.name} = {s.name}", s.detail, s.kind, s.quantity, s.points) if o.detail == s.detail
-                    else Series(f"{o.label} = {s.label}", "", s.kind, s.quantity, s.points))
-    return list(out.values())
-
-
-def _matplotlib_figure(**kw):
-    try:
-        from matplotlib.figure import Figure
-    except ImportError:
-        raise SizesError("--plot/--figures: matplotlib is needed to draw figures (pip install matplotlib)") from None
-    return Figure(**kw)
-
-
-def plot_families(families: list[tuple[str, list[Series]]], path: Path):
-    """One row of two log-log panels per family (units, bits) into ``path`` (.png or .svg); returns
-    the figure. Identical lines are drawn once (:func:`merged_series`), built models with markers,
-    legends below the panels (never over the data); a family without built rows says "bounds
-    only", one without bounds says so, and the figure's title speaks of lower bounds only when
-    some are drawn."""
-    fig = _matplotlib_figure(figsize=(12, 7 * len(families)), layout="constrained")
-    axes = np.atleast_2d(fig.subplots(len(families), 2, squeeze=False))
-    any_bound = False
-    for row, (family, series) in zip(axes, families):
-        fam = lb.FAMILIES[family]
-        lines = merged_series(series)
-        built = any(s.kind == "built" for s in lines)
-        bound = any(s.kind != "built" for s in lines)
-        any_bound |= bound
-        notes = [n for n in (fam.scope, "" if built else BOUNDS_ONLY, "" if bound else NO_BOUND) if n]
-        scope = "".join(f"\n({n})" for n in notes)
-        for ax, qty, ylabel in ((row[0], "units", "width x heads / hidden units"), (row[1], "bits", "bits")):
-            markers = iter(_BUILT_MARKERS)
-            for s in lines:
-                if s.quantity != qty:
-                    continue
-                xs, ys = [p[0] for p in s.points], [max(p[1], 1) for p in s.points]
-                marker = {"marker": next(markers)} if s.kind == "built" else {}
-                ax.plot(xs, ys, label=textwrap.fill(s.label, 72, subsequent_indent="  "), **_STYLE[s.kind], **marker)
-            ax.set_xscale("log", base=2)
-            ax.set_yscale("log", base=10)
-            ax.set_xlabel("N")
-            ax.set_ylabel(ylabel)
-            ax.set_title(f"{fam.title}: {ylabel}{scope}", fontsize=9)
-            ax.grid(True, which="major", alpha=0.3)
-            ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(0.0, -0.12), borderaxespad=0.0, frameon=False)
-    fig.suptitle(REFERENCE_NOTE if any_bound else "built models at their own precision", fontsize=9)
-    _save(fig, path)
-    return fig
-
-
-def _save(fig, path: Path) -> None:
-    suffix = path.suffix.lower()
-    if suffix not in (".png", ".svg"):
-        raise SizesError(f"--plot: a file name ending in .png or .svg, got {path.name!r}")
-    meta = {"Software": None} if suffix == ".png" else {"Date": None}
-    fig.savefig(path, dpi=90, metadata=meta)
-
-
-# ------------------------------------------------------------------------------------------------
-# attention patterns of small built models
-# ------------------------------------------------------------------------------------------------
-
-
-def exact_attention(model, tokens: np.ndarray, fmt: Format | None = None) -> tuple[list[np.ndarray], np.ndarray]:
-    """The rounded softmax weights of every layer, raw values ``[B, H, T, T]``, and the
-    last-position logits (raw ``[B, d_vocab_out]``), from the plain forward pass
-    (:func:`exactformer.verify.executor.forward.forward_with_cache`, whose logits the tests check equal
-    the executor's)."""
-    from exactformer.verify.executor.forward import forward_with_cache
-
-    fmt = fmt if fmt is not None else parse_format(model.precision)
-    logits, cache = forward_with_cache(model, np.asarray(tokens, dtype=np.int64), fmt)
-    weights = [cache.raw[f"blocks.{l}.attn.hook_pattern"] for l in range(model.n_layers)]
-    return weights, logits[:, -1, :]
-
-
-def float_attention(model, tokens: np.ndarray) -> list[np.ndarray]:
-    """Softmax weights of every layer, ``[B, H, T, T]`` float64, of the float export
-    ``model.to_torch()`` (read by a ``TorchFunctionMode`` that records each softmax call of one
-    forward pass; the module itself is unchanged)."""
-    import torch
-    from torch.overrides import TorchFunctionMode
-
-    from exactformer.constructions.export import to_torch
-
-    class Recorder(TorchFunctionMode):
-        def __init__(self) -> None:
-            super().__init__()
-            self.weights: list[np.ndarray] = []
-
-        def __torch_function__(self, func, types, args=(), kwargs=None):
-            out = func(*args, **(kwargs or {}))
-            if getattr(func, "__name__", "") == "softmax":
-                self.weights.append(out.detach().cpu().numpy())
-            return out
-
-    module = to_torch(model)
-    rec = Recorder()
-    with torch.no_grad(), rec:
-        module(torch.as_tensor(np.asarray(tokens), dtype=torch.long))
-    if len(rec.weights) != model.n_layers:
-        raise RuntimeError(f"recorded {len(rec.weights)} softmax calls for {model.n_layers} layers")
-    return rec.weights
-
-
-@dataclass(frozen=True)
-class AttentionPicture:
-    """A small built model and the input it is shown on."""
-
-    name: str
-    construction: str
-    n: int
-    kwargs: tuple[tuple[str, Any], ...]
-    title: str
-
-
-ATTENTION_PICTURES = (
-    AttentionPicture("attention-index-lookup-n16", "index-lookup", 16, (("alphabet", 64),),
-                     "Index Lookup, N = 16: the index token p attends to position p"),
-    AttentionPicture("attention-equality-n8", "equality", 8, (),
-                     "Equality, N = 8: layer 1 fetches x_(i-N/2) (and x_i for i <= N/2); layer 2 averages"),
-    AttentionPicture("attention-disjointness-n8", "disjointness", 8, (),
-                     "Disjointness, N = 8: head h of layer 1 fetches x_(I_i[h]) (BOS for no index); layer 2 averages"),
-)
-
-
-@dataclass
-class Panel:
-    title: str
-    exact: list[list[Fraction]]  # the rounded weights under the model's format
-    float64: np.ndarray  # the float export's weights
-    rows: list[str]
-    cols: list[str]
-
-
-def picture_panels(pic: AttentionPicture) -> tuple[str, list[Panel], bool]:
-    """The model's format name, the panels of ``pic`` (for Index Lookup the index token's row on one
-    input per p = 1..N; otherwise every layer and head on one fixed input) and whether the build is
-    certified in float64 (``params["arithmetics"]``)."""
-    model = registry.get(pic.construction).builder(pic.n, **dict(pic.kwargs))
-    task = registry.task_of(model)
-    fmt = parse_format(model.precision)
-    n = pic.n
-    if pic.construction == "index-lookup":
-        symbols = np.random.default_rng(0).integers(0, len(model.answers), size=n).tolist()
-        tokens = task.encode_batch(model, [(symbols, p) for p in range(1, n + 1)])
-        sel = [(0, 0, "layer 1: the index token's row, one input per p")]
-        rows, cols = [f"p={p}" for p in range(1, n + 1)], [f"s{i}" for i in range(1, n + 1)] + ["p"]
-        pick = lambda w: w[:, 0, -1, :]  # noqa: E731
-    else:
-        x = [1, -1, 1, 1, 1, -1, -1, 1] if pic.construction == "equality" else [1, 0, 1, 1, 0, 1, 1, 0]
-        tokens = task.encode_batch(model, [x[:n]])
-        sel = [(l, h, f"layer {l + 1}, head {h + 1}") for l, b in enumerate(model.blocks) for h in range(b.attn.n_heads)]
-        rows = cols = ([] if pic.construction == "equality" else ["BOS"]) + [str(i) for i in range(1, n + 1)]
-        pick = None
-    exact, _ = exact_attention(model, tokens, fmt)
-    flt = float_attention(model, tokens)
-    panels = []
-    for l, h, title in sel:
-        e = np.asarray(fmt.to_fraction(pick(exact[l]) if pick else exact[l][0, h]), dtype=object)
-        f = pick(flt[l]) if pick else flt[l][0, h]
-        panels.append(Panel(title, e.tolist(), f, rows, cols))
-    return fmt.name, panels, "float64" in model.params["arithmetics"].value
-
-
-def picture_csv(panels: list[Panel]) -> str:
-    buf = io.StringIO()
-    w = csv.writer(buf, lineterminator="\n")
-    w.writerow(["panel", "row", "column", "exact", "float64"])
-    for p in panels:
-        for i, r in enumerate(p.rows):
-            for j, c in enumerate(p.cols):
-                w.writerow([p.title, r, c, str(p.exact[i][j]), f"{p.float64[i, j]:.6f}"])
-    return buf.getvalue()
-
-
-def float_target_weight(p: Panel) -> float | None:
-    """The smallest float64 weight on the target over the rows whose exact weights are one-hot
-    (None when no row is): what the real softmax leaves where the format's is exactly 1."""
-    exact = np.array([[float(v) for v in r] for r in p.exact])
-    rows = [i for i, r in enumerate(exact) if r.max() == 1.0 and np.count_nonzero(r) == 1]
-    return min(float(p.float64[i, int(np.argmax(exact[i]))]) for i in rows) if rows else None
-
-
-def plot_picture(pic: AttentionPicture, fmt_name: str, panels: list[Panel], path: Path, float64_certified: bool):
-    """Two rows of heat maps: the exact rounded weights, then the float export's; returns the figure.
-    A float panel over one-hot exact rows names the float weight left on the target, and the title
-    says why the two differ: the format floors every off-target weight to 0, the real softmax does
-    not (the float model answers right where it is certified in float64)."""
-    k = len(panels)
-    width = max(3.4 * k + 1.2, 6.0)
-    fig = _matplotlib_figure(figsize=(width, 7.4), layout="constrained")
-    axes = fig.subplots(2, k, squeeze=False)
-    for row in range(2):
-        for ax, p in zip(axes[row], panels):
-            a = np.array([[float(v) for v in r] for r in p.exact]) if row == 0 else p.float64
-            target = float_target_weight(p)
-            which = (f"exact, {fmt_name}" if row == 0 else "float64 export, real softmax"
-                     + (f": target weight {target:.3f}" if target is not None else ""))
-            im = ax.imshow(a, vmin=0.0, vmax=1.0, cmap="Blues")
-            ax.set_title(f"{p.title}\n({which})", fontsize=8)
-            ax.set_xticks(range(len(p.cols)), p.cols, fontsize=6, rotation=90)
-            ax.set_yticks(range(len(p.rows)), p.rows, fontsize=6)
-            ax.set_xlabel("key position", fontsize=7)
-            ax.set_ylabel("query", fontsize=7)
-    fig.colorbar(im, ax=axes.ravel().tolist(), shrink=0.6, label="attention weight")
-    why = ("top: the model's fixed-point softmax, which rounds every off-target weight down to 0; bottom: the "
-           "float64 export, the real softmax with the same weights, which leaves some weight off target ("
-           + ("certified in float64 too: it answers right" if float64_certified else "not certified in float64")
-           + "; docs/sizes.md, Attention patterns)")
-    fig.suptitle(pic.title + "\n" + textwrap.fill(why, int(width * 13)), fontsize=8)
-    _save(fig, path)
-    return fig
-
-
-# ------------------------------------------------------------------------------------------------
-# the one command that regenerates docs/figures (and the tables in docs/sizes.md)
-# ------------------------------------------------------------------------------------------------
-
-
 def figure_families(spec_families: Iterable[str]) -> list[str]:
     """Families with something to plot: one of ``spec_families`` (the families of the specs
     sized) or a family with an explicit bound."""
     fams = set(spec_families)
     return [f for f, fam in lb.FAMILIES.items()
             if f in fams or any(lb.BOUNDS[k].explicit for k in fam.bounds)]
-
-
-def generate_figures(out_dir: Path, ns: list[int], provider: SizeProvider | None = None,
-                     specs: Iterable[SizeSpec] | None = None, doc_path: Path | None = None,
-                     progress: Callable[[], None] | None = None) -> list[Path]:
-    """Write into ``out_dir``: sizes.json (the report), sizes-<family>.png/.csv per family and
-    attention-*.png/.csv; with ``doc_path``, rewrite its generated blocks. Returns the paths."""
-    specs = list(specs if specs is not None else SIZE_SPECS.values())
-    out_dir.mkdir(parents=True, exist_ok=True)
-    written = []
-    doc = report(specs, ns, provider, progress)
-    written.append(_write(out_dir / "sizes.json", _json_text(doc)))
-    for fam in figure_families(s.family for s in specs):
-        series = family_series(fam, ns, provider, specs)
-        written.append(_write(out_dir / f"sizes-{fam}.csv", series_csv(series)))
-        plot_families([(fam, series)], out_dir / f"sizes-{fam}.png")
-        written.append(out_dir / f"sizes-{fam}.png")
-    for pic in ATTENTION_PICTURES:
-        fmt_name, panels, float64_certified = picture_panels(pic)
-        written.append(_write(out_dir / f"{pic.name}.csv", picture_csv(panels)))
-        plot_picture(pic, fmt_name, panels, out_dir / f"{pic.name}.png", float64_certified)
-        written.append(out_dir / f"{pic.name}.png")
-    if doc_path is not None:
-        rel = Path(os.path.relpath(out_dir.resolve(), doc_path.resolve().parent)).as_posix()
-        written.append(_write(doc_path, update_doc(doc_path.read_text(), doc, rel)))
-    return written
-
-
-def _json_text(doc: dict[str, Any]) -> str:
-    return json.dumps(doc, indent=1) + "\n"
-
-
-def _write(path: Path, text: str) -> Path:
-    path.write_text(text)
-    return path
 
 
 # ---- generated blocks of docs/sizes.md ----------------------------------------------------------
@@ -810,7 +463,7 @@ def doc_blocks(doc: dict[str, Any], fig_dir: str) -> dict[str, str]:
                          f"(data: [`sizes-{fam}.csv`]({fig_dir}/sizes-{fam}.csv))")
         if not names:
             parts.append(NOT_BUILT.get(fam, "No construction of this family is built yet: its rows appear here once "
-                                            "a `SizeSpec` for it is added to `verify/bounds/sizes.py`."))
+                                            "a construction declares `SizeRows` of this family in its registration."))
         for name in names:
             d = doc["specs"][name]
             c = d["claim"]
