@@ -40,7 +40,7 @@ from exactformer.constructions.blocks.retrieve import RetrieveByPosition
 from exactformer.constructions.codes.products import pair_inner, resolve
 from exactformer.constructions.core.ir import CompiledModel, Param
 from exactformer.constructions.theorems.nearest_neighbor import (MAX_N, QUERIES, NearestNeighborError, NearestNeighborTask, REST,
-                                                        TARGET, _check_fraction, _check_int, address_codes, address_mlp,
+                                                        TARGET, check_fraction, check_int, address_codes, address_mlp,
                                                         address_tail, answer_positions, build, code_range, design,
                                                         label_positions, layer2_holds, smallest_code, value_scale)
 from exactformer.constructions.design.precision_search import (FLOAT_ARITHMETICS, designed_for, fewest_bits,
@@ -290,15 +290,15 @@ def mqar(
 
     Returns a model on T = 2N - 1 tokens (s_1, y_1, .., s_N).
     """
-    n = _check_int("n", n, 2, MAX_N, even=True, err=MQARError)
-    S = n if alphabet is None else _check_int("alphabet", alphabet, max(2, n // 2), 1 << 16, err=MQARError)
-    L = _check_int("labels", labels, 2, 1 << 16, err=MQARError)
+    n = check_int("n", n, 2, MAX_N, even=True, err=MQARError)
+    S = n if alphabet is None else check_int("alphabet", alphabet, max(2, n // 2), 1 << 16, err=MQARError)
+    L = check_int("labels", labels, 2, 1 << 16, err=MQARError)
     if variant not in VARIANTS:
         raise MQARError(f"variant must be one of {', '.join(VARIANTS)}, got {variant!r}")
     if queries not in QUERIES:
         raise MQARError(f"queries must be one of {', '.join(QUERIES)}, got {queries!r}")
-    e1 = None if eta1 is None else _check_fraction("eta1", eta1, Fraction(0), Fraction(1 << 30), MQARError)
-    e2 = None if eta2 is None else _check_fraction("eta2", eta2, Fraction(0), Fraction(1 << 30), MQARError)
+    e1 = None if eta1 is None else check_fraction("eta1", eta1, Fraction(0), Fraction(1 << 30), MQARError)
+    e2 = None if eta2 is None else check_fraction("eta2", eta2, Fraction(0), Fraction(1 << 30), MQARError)
     fmt = parse_format(precision) if isinstance(precision, str) else precision
     if fmt is not None and not fmt.is_exact:
         raise MQARError(f"precision must be a fixed-point format, got {fmt.name}")

@@ -430,14 +430,14 @@ class NearestNeighborTask(Task):
 # ------------------------------------------------------------------------------------------------
 
 
-def _check_int(name: str, v: Any, lo: int, hi: int, even: bool = False, err: type = NearestNeighborError) -> int:
+def check_int(name: str, v: Any, lo: int, hi: int, even: bool = False, err: type = NearestNeighborError) -> int:
     if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or not lo <= v <= hi or (even and v % 2):
         rng = f"an even integer in [{lo}, {hi}]" if even else f"an integer in [{lo}, {hi}]"
         raise err(f"{name} must be {rng}, got {v!r}")
     return int(v)
 
 
-def _check_fraction(name: str, v: Any, lo: Fraction, hi: Fraction, err: type = NearestNeighborError) -> Fraction:
+def check_fraction(name: str, v: Any, lo: Fraction, hi: Fraction, err: type = NearestNeighborError) -> Fraction:
     try:
         f = Fraction(v) if not isinstance(v, float) else Fraction(v).limit_denominator(1 << 30)
     except (TypeError, ValueError):
@@ -525,19 +525,19 @@ def nearest_neighbor(
     Returns a model on T = 2N - 1 tokens (x_1, y_1, .., x_N) whose inputs are
     :class:`~exactformer.constructions.core.ir.Inputs` (token ids and the exact vectors).
     """
-    n = _check_int("n", n, 2, MAX_N, even=True)
-    d = _check_int("d_in", d_in, 1, 1024)
-    g = _check_fraction("margin", margin, Fraction(0), Fraction(2))
-    L = _check_int("labels", labels, 2, 1 << 16)
-    ifb = _check_int("input_frac_bits", input_frac_bits, 1, 30)
+    n = check_int("n", n, 2, MAX_N, even=True)
+    d = check_int("d_in", d_in, 1, 1024)
+    g = check_fraction("margin", margin, Fraction(0), Fraction(2))
+    L = check_int("labels", labels, 2, 1 << 16)
+    ifb = check_int("input_frac_bits", input_frac_bits, 1, 30)
     if variant not in VARIANTS:
         raise NearestNeighborError(f"variant must be one of {', '.join(VARIANTS)}, got {variant!r}")
     if queries not in QUERIES:
         raise NearestNeighborError(f"queries must be one of {', '.join(QUERIES)}, got {queries!r}")
-    c1 = None if c_self is None else _check_fraction("c_self", c_self, Fraction(0), Fraction(64))
-    c2 = None if c_label is None else _check_fraction("c_label", c_label, Fraction(0), Fraction(64))
-    e1 = None if eta1 is None else _check_fraction("eta1", eta1, Fraction(0), Fraction(1 << 30))
-    e2 = None if eta2 is None else _check_fraction("eta2", eta2, Fraction(0), Fraction(1 << 30))
+    c1 = None if c_self is None else check_fraction("c_self", c_self, Fraction(0), Fraction(64))
+    c2 = None if c_label is None else check_fraction("c_label", c_label, Fraction(0), Fraction(64))
+    e1 = None if eta1 is None else check_fraction("eta1", eta1, Fraction(0), Fraction(1 << 30))
+    e2 = None if eta2 is None else check_fraction("eta2", eta2, Fraction(0), Fraction(1 << 30))
     fmt = parse_format(precision) if isinstance(precision, str) else precision
     if fmt is not None and not fmt.is_exact:
         raise NearestNeighborError(f"precision must be a fixed-point format (binary:... or paper:...), got {fmt.name}")

@@ -1,0 +1,2 @@
+"""The certificate for all inputs, composed from the blocks' local certificates (``composed``).
+"""
