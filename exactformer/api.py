@@ -6,7 +6,7 @@
     m([([3, 1, 4, 1, 5, 9, 2, 6], 3)])                        # answers (the exact executor, the model's format)
     logits, cache = m.run_with_cache(inputs)                  # every activation by TransformerLens hook name
     r = xf.verify(m, mode="certify"); r.passed; r.to_dict(); r.to_json()
-    h = xf.build("k-hop", n=64, k=3); h(tokens); xf.verify(h, mode="sample")  # an EMA program (MPCModel)
+    h = xf.build("k-hop", n=64, k=3); h([w]); xf.verify(h)  # P2's k-hop: weights, certified
     xf.save(m, "dir"); xf.load("dir"); xf.FixedPoint.binary(4, 5); xf.constructions()
 
 :class:`Model` wraps the exact model (:class:`~exactformer.constructions.core.ir.CompiledModel`,
@@ -30,7 +30,6 @@ from exactformer.arguments import BuildError
 from exactformer.arguments import build as _build
 from exactformer.verify.executor.exact import RunResult, run
 from exactformer.verify.executor.forward import Cache, forward_with_cache
-from exactformer.verify.mpc.check import MPCModel
 from exactformer.verify.verifier import Report, VerifyError, certified_arithmetics, check_model
 from exactformer.verify.verifier import verify as _verify
 
@@ -111,18 +110,12 @@ class Model:
         return to_transformer_lens(self.compiled, dtype=dtype, device=device)
 
 
-def _model(built: Any) -> Model | MPCModel:
-    """What a builder returned, ready to run: a weight model (:class:`Model`) or an EMA program
-    (:class:`~exactformer.verify.mpc.check.MPCModel`)."""
-    return Model(built) if isinstance(built, CompiledModel) else MPCModel(built)
-
-
-def build(name: str, **kwargs: Any) -> Model | MPCModel:
+def build(name: str, **kwargs: Any) -> Model:
     """Build construction ``name`` (see :func:`constructions`) with its builder's keyword arguments
     (:func:`exactformer.arguments.build`: an argument it does not take is a
     :class:`BuildError`; a list such as ``features`` may be a JSON file's name, a ``precision`` a
     format name, as on the command line)."""
-    return _model(_build(name, (), kwargs))
+    return Model(_build(name, (), kwargs))
 
 
 def load(path: str | Path) -> Model:
@@ -136,8 +129,6 @@ def save(model: Model | CompiledModel, out_dir: str | Path, certify: bool = True
     format, float64 and float32 first and records the outcome as the manifest's
     ``certified_arithmetics``; False records nothing."""
     compiled = check_model(model)
-    if not isinstance(compiled, CompiledModel):
-        raise VerifyError("model", f"{compiled.construction} is an EMA program, which has no weights to save")
     if not isinstance(certify, bool):
         raise VerifyError("certify", f"must be True or False, got {certify!r}")
     if certify and "certified_arithmetics" not in kwargs:
@@ -149,8 +140,8 @@ def builder(name: str):
     """``xf.index_lookup(...)`` etc.: the builder of a construction, returning a :class:`Model`."""
     fn = registry.get(name).builder
 
-    def build_model(*args: Any, **kwargs: Any) -> Model | MPCModel:
-        return _model(_build(name, args, kwargs))
+    def build_model(*args: Any, **kwargs: Any) -> Model:
+        return Model(_build(name, args, kwargs))
 
     build_model.__name__ = fn.__name__
     build_model.__doc__ = fn.__doc__

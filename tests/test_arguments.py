@@ -14,7 +14,9 @@ from typer.testing import CliRunner
 import exactformer as xf
 from exactformer.constructions.core.task import count_log2, format_count
 from exactformer.cli.main import app
+from exactformer.verify.mpc import check as mpc_check
 from exactformer.verify.verifier import VerifyError
+from registered import NoCertificateTask, register_tiny
 
 ROOT = Path(__file__).resolve().parents[1]
 FEATURES = ROOT / "docs" / "examples" / "feats.json"
@@ -78,32 +80,38 @@ def test_negative_seed_names_the_seed(il):
         xf.verify(il, mode="sample", samples=2.5)
 
 
+@pytest.fixture
+def uncertified():
+    """A registered construction whose task declares no certificate."""
+    yield from register_tiny("tiny-uncertified-lookup", NoCertificateTask())
+
+
 def test_save_refuses_what_is_not_a_weight_model(tmp_path):
     with pytest.raises(VerifyError, match=r"^model: must be a built construction \(xf.build / xf.load\), got str"):
         xf.save("notamodel", tmp_path / "a")  # AttributeError before
-    with pytest.raises(VerifyError, match="^model: induction-heads is an EMA program, which has no weights"):
-        xf.save(xf.build("induction-heads", n=8), tmp_path / "b")
+    with pytest.raises(VerifyError, match="^model: must be a built construction .* got ProgramModel"):
+        xf.save(mpc_check.build("k-hop", 8, hops=2), tmp_path / "b")  # an MPC program: the check's reference level
     assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
 
 
-def test_a_mode_the_construction_lacks_is_bad_input():
-    h = xf.build("induction-heads", n=64)
-    with pytest.raises(VerifyError, match=r"^mode: no certificate for induction-heads; its modes: exhaustive \| sample"):
+def test_a_mode_the_construction_lacks_is_bad_input(uncertified):
+    h = xf.build(uncertified, n=64)
+    with pytest.raises(VerifyError, match=rf"^mode: no certificate for {uncertified}; its modes: exhaustive \| sample"):
         xf.verify(h, mode="certify")
-    assert cli_error("verify", "induction-heads", "--n", "64", "--mode", "certify") == \
-        "--mode: no certificate for induction-heads; its modes: exhaustive | sample"
+    assert cli_error("verify", uncertified, "--n", "64", "--mode", "certify") == \
+        f"--mode: no certificate for {uncertified}; its modes: exhaustive | sample"
 
 
-def test_defaults_pass_in_the_strongest_mode():
+def test_defaults_pass_in_the_strongest_mode(uncertified):
     """`exactformer verify induction-heads --n 64` printed FAIL: certify was the default for a
-    construction without a certificate."""
+    construction without a certificate. Induction heads have one now (their weights); a construction
+    without one is sampled and says why."""
     r = cli("verify", "induction-heads", "--n", "64")
     assert r.exit_code == 0 and "PASS" in r.stdout and "mode chosen" in r.stdout
-    rep = xf.build("induction-heads", n=64).compiled
-    d = xf.verify(rep).to_dict()
+    d = xf.verify(xf.build(uncertified, n=64)).to_dict()
     assert d["passed"] and d["mode"] == "sample" and d["samples"] == 1000 and d["seed"] == 0
-    assert d["mode_reason"] == ("no certificate for induction-heads; about 2^216.7 inputs, above the exhaustive "
-                                "limit of 2^22; sample: seeded random and adversarial inputs")
+    assert d["mode_reason"] == (f"no certificate for {uncertified}; 2^64*64 inputs, above the exhaustive limit of 2^22; "
+                                "sample: seeded random and adversarial inputs")
     m = xf.build("equality", n=8)
     assert m.verify().mode == "certify" and m.verify().mode_reason == "certify: the strongest mode, a proof for every input"
     assert m.verify(mode="certify").mode_reason is None  # asked for: nothing to explain
@@ -189,6 +197,6 @@ def test_verify_all_exhaustive_refusal_is_one_short_line():
 def test_reports_carry_the_count_short(il):
     d = xf.verify(il).to_dict()
     assert d["input_count"] == "4^16*16" and d["input_count_log2"] == 36.0 and d["inputs_covered"] == "all"
-    d = xf.verify(xf.build("k-hop", n=600, k=2), mode="sample", samples=2).to_dict()
+    d = xf.verify(xf.build("nearest-neighbor", n=8), mode="sample", samples=2).to_dict()
     assert d["input_count"] == "too many to count" and d["input_count_log2"] is None
     assert max(len(str(v)) for v in d.values() if isinstance(v, (int, str))) < 200

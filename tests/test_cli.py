@@ -18,12 +18,12 @@ from typer.testing import CliRunner
 
 import exactformer as xf
 from exactformer.constructions.core import registry
-from exactformer.constructions.theorems.index_lookup import IndexLookupTask, index_lookup
-from exactformer.constructions.core.ir import CompiledModel
+from exactformer.constructions.theorems.index_lookup import IndexLookupTask
 from exactformer.cli.commands import ALL_SAMPLES
 from exactformer.cli.main import app
 from exactformer.cli.options import builder_kwargs, parameter_docs
 from exactformer.cli.output import Steps, cell_text, plain_table
+from registered import TEST_CLAIM, NoCertificateTask, register_tiny, tiny_builder
 
 runner = CliRunner()
 
@@ -226,65 +226,39 @@ def test_verify_all_small():
     d = one_json(r)
     assert r.exit_code == 0 and d["passed"] and d["n"] == 16 and d["mode"] is None and d["samples"] == ALL_SAMPLES
     assert [x["name"] for x in d["reports"]] == registry.names()
-    # every row in the strongest mode its construction declares: weight models certify; EMA programs have
-    # no certificate and Bell(16) > 2^22 equality patterns, so they are sampled (ALL_SAMPLES, seed 0), said so
+    # every row in the strongest mode its construction declares: every registered construction certifies
     for x in d["reports"]:
-        program = x["details"].get("kind") == "ema-program"
         assert REPORT_KEYS <= set(x) and x["precision"] and x["note"] is None, x["name"]
-        assert x["mode"] == ("sample" if program else "certify") and x["mode_reason"], x["name"]
-        assert (x["samples"], x["seed"]) == ((ALL_SAMPLES, 0) if program else (None, None))
-        assert x["mode_reason"].startswith("no certificate" if program else "certify")
+        assert x["mode"] == "certify" and x["mode_reason"].startswith("certify"), x["name"]
+        assert (x["samples"], x["seed"]) == (None, None)
     r = invoke("verify", "all", "--n", "16", "--mode", "sample", "--samples", "4", "--seed", "2", "--json")
     d = one_json(r)  # the mode is honoured, not ignored
     assert r.exit_code == 0 and all(x["mode"] == "sample" and x["seed"] == 2 and x["samples"] == 4 for x in d["reports"])
     r = invoke("verify", "all", "--n", "16")
     assert r.exit_code == 0 and all(name in r.stdout for name in registry.names())
     # the table says which mode and how many inputs, with the seed of sampled rows
-    row = next(line for line in r.stdout.splitlines() if line.startswith("k-hop "))
-    assert " sample " in row and f"of 10480142147 ({ALL_SAMPLES} random, seed 0" in row
     assert "all 2^100" in next(line for line in r.stdout.splitlines() if line.startswith("index-lookup "))
+    r = invoke("verify", "all", "--n", "16", "--mode", "sample", "--samples", "4")
+    row = next(line for line in r.stdout.splitlines() if line.startswith("k-hop "))
+    assert " sample " in row and "of 16^16 (4 random, seed 0" in row
 
 
-def test_verify_all_with_a_mode_some_rows_lack():
-    """--mode certify: the EMA programs have no certificate; they run in their strongest mode and
-    their rows say so (the stated fallback of docs/cli.md), never a failure for a missing mode."""
+@pytest.fixture
+def uncertified():
+    yield from register_tiny("tiny-no-certificate", NoCertificateTask())
+
+
+def test_verify_all_with_a_mode_some_rows_lack(uncertified):
+    """--mode certify: a construction without a certificate runs in its strongest mode and its row
+    says so (the stated fallback of docs/cli.md), never a failure for a missing mode."""
     r = invoke("verify", "all", "--n", "8", "--mode", "certify", "--json")
     d = one_json(r)
     assert r.exit_code == 0 and d["passed"] and d["mode"] == "certify"
     for x in d["reports"]:
-        if x["details"].get("kind") == "ema-program":
-            assert x["mode"] == "exhaustive" and "no certificate for" in x["note"] and x["inputs_covered"] == 4140
+        if x["name"] == uncertified:
+            assert x["mode"] == "exhaustive" and "no certificate for" in x["note"] and x["inputs_covered"] == 2**8 * 8
         else:
             assert x["mode"] == "certify" and x["note"] is None and x["mode_reason"] is None
-
-
-def _tiny(name: str):
-    """The builder of a test construction ``name`` whose model no certificate proves (no plan of
-    certified blocks)."""
-
-    def tiny(n: int, alphabet: int = 2, wide: bool = False) -> CompiledModel:
-        """Index Lookup without a plan.
-
-        Parameters
-        ----------
-        n : int in [2, 64]. N.
-        alphabet : int in [2, 4]. |Sigma|.
-        wide : use a 4-symbol alphabet instead.
-        """
-        model = index_lookup(n, 4 if wide else alphabet)
-        model.plan, model.construction = [], name
-        return model
-
-    return tiny
-
-
-class _NoCertificate(IndexLookupTask):
-    """Index Lookup's task declaring no certificate, as the task of a construction without one does."""
-
-    modes = ("exhaustive", "sample")
-
-
-_CLAIM = registry.Claim("a test", "1", "1", "O(1)", "O(1)", "O(1)")
 
 
 def test_a_new_construction_needs_no_cli_edit(monkeypatch):
@@ -293,10 +267,11 @@ def test_a_new_construction_needs_no_cli_edit(monkeypatch):
     a FAIL (never sampled instead), a construction declaring none runs exhaustively where it fits."""
     registry.names()
     monkeypatch.setitem(registry._REGISTRY, "tiny-lookup",
-                        registry.Construction("tiny-lookup", _tiny("tiny-lookup"), _NoCertificate(), "test", _CLAIM))
+                        registry.Construction("tiny-lookup", tiny_builder("tiny-lookup"), NoCertificateTask(), "test",
+                                              TEST_CLAIM))
     monkeypatch.setitem(registry._REGISTRY, "tiny-uncertified",
-                        registry.Construction("tiny-uncertified", _tiny("tiny-uncertified"), IndexLookupTask(), "test",
-                                              _CLAIM))
+                        registry.Construction("tiny-uncertified", tiny_builder("tiny-uncertified"), IndexLookupTask(),
+                                              "test", TEST_CLAIM))
     r = invoke("verify", "tiny-lookup", "--help")
     assert r.exit_code == 0 and "int in [2, 4]" in r.stdout and "--wide / --no-wide" in r.stdout
     r = invoke("verify", "tiny-lookup", "--n", "8", "--wide", "--mode", "sample", "--samples", "5", "--json")
@@ -362,15 +337,14 @@ def test_a_step_without_a_total_shows_a_spinner_not_an_empty_bar():
 
 
 def test_tables_without_a_terminal_are_plain_and_sized_to_the_content():
-    r = invoke("verify", "k-hop", "--n", "9", "--k", "2", "--alphabet", "3", "--mode", "exhaustive")
+    r = invoke("verify", "k-hop", "--n", "9", "--k", "2", "--alphabet", "3")
     lines = r.stdout.splitlines()
-    assert r.exit_code == 0 and lines[0] == "verify k-hop n=9 (exhaustive)" and lines[1].split() == ["field", "value"]
+    assert r.exit_code == 0 and lines[0] == "verify k-hop n=9 (certify)" and lines[1].split() == ["field", "value"]
     assert all(line == line.rstrip() for line in lines)  # no padding (200-243 columns before)
     assert "{'" not in r.stdout and "['" not in r.stdout  # no Python reprs
     cells = dict((re.split(r"\s{2,}", line, maxsplit=1) + [""])[:2] for line in lines[3:])
-    assert cells["details: levels"] == "mpc, ideal, binary:int=4,frac=2, truth" and cells["eta"] == ""
-    assert cells["details: sources"] == "exhaustive=3281" and cells["inputs"] == "3281 of 3281"
-    assert cells["details: resources"].startswith("(quantity=layers L, built=")
+    assert cells["details: heads"].startswith("(layer=0, head=0, block=FollowPointer, min_target_weight=")
+    assert cells["eta_paper"] == "" and cells["inputs"] == "all 19683"
     r = invoke("verify", "index-lookup", "--n", "16", "--alphabet", "4")
     lines = r.stdout.splitlines()
     assert r.exit_code == 0 and all(line == line.rstrip() for line in lines) and max(map(len, lines)) < 200

@@ -3,13 +3,11 @@
 A PASS is either a proof (mode ``certify``: every input) or a stated count of inputs with their
 seed (modes ``exhaustive`` and ``sample``). A FAIL names the first counterexample found, which the
 executor answered wrong; a certificate that can neither prove nor find one says "unproven" and
-fails. The verifier never branches on a construction's name: the task comes from the registry.
-Constructions that are EMA programs (:class:`~exactformer.constructions.mpc.applications.ProgramModel`)
-have no certificate; they are checked by the four-way differential run of
-:mod:`exactformer.verify.mpc.check`.
+fails. The verifier never branches on a construction's name or kind: the task comes from the
+registry, the certificate composes the blocks' own local certificates.
 
 Which modes a construction has is declared by its task (``task.modes``,
-:class:`~exactformer.constructions.core.task.Verifiable`); without a ``mode`` the verifier uses the
+:class:`~exactformer.constructions.core.task.Task`); without a ``mode`` the verifier uses the
 strongest one that applies (:func:`choose_mode`) and the report says why (``mode_reason``). Every
 argument has one check here (``check_*``) that the CLI uses too; a bad one raises
 :class:`VerifyError` naming the parameter.
@@ -27,12 +25,10 @@ import numpy as np
 
 from exactformer.constructions.core import registry
 from exactformer.constructions.core.ir import CompiledModel, IRError
-from exactformer.constructions.mpc.applications import ProgramModel
-from exactformer.constructions.core.task import EXHAUSTIVE_LIMIT, MODES, Batch, Verifiable, count_log2, format_count, inputs_phrase
+from exactformer.constructions.core.task import EXHAUSTIVE_LIMIT, MODES, Batch, Task, count_log2, format_count, inputs_phrase
 from exactformer.precision import Format, parse_format
 from exactformer.verify.certify.composed import certify
 from exactformer.verify.executor.exact import run
-from exactformer.verify.mpc.check import report_fields
 
 DEFAULT_SAMPLES = 1000  # sample mode's random inputs (plus as many adversarial ones) when none are given
 DEVICES = ("cpu", "cuda")
@@ -186,10 +182,10 @@ def _is_int(value: Any) -> bool:
     return isinstance(value, (int, np.integer)) and not isinstance(value, bool)
 
 
-def check_model(model: Any) -> CompiledModel | ProgramModel:
-    """The built model behind ``model`` (an ``xf.Model``, an EMA program, or a compiled model)."""
+def check_model(model: Any) -> CompiledModel:
+    """The built model behind ``model`` (an ``xf.Model`` or a compiled model)."""
     model = getattr(model, "compiled", model)
-    if not isinstance(model, (CompiledModel, ProgramModel)):
+    if not isinstance(model, CompiledModel):
         raise VerifyError("model", f"must be a built construction (xf.build / xf.load), got {type(model).__name__}")
     return model
 
@@ -254,12 +250,12 @@ def check_sampling(mode: str, samples: int | None, seed: int | None) -> tuple[in
     return DEFAULT_SAMPLES if samples is None else samples, 0 if seed is None else seed
 
 
-def task_of(model: CompiledModel | ProgramModel) -> Verifiable:
+def task_of(model: CompiledModel) -> Task:
     """The task of a built model: its declared modes and input count."""
-    return model.application if isinstance(model, ProgramModel) else registry.task_of(model)
+    return registry.task_of(model)
 
 
-def exhaustive_refusal(task: Verifiable, model: CompiledModel | ProgramModel) -> str | None:
+def exhaustive_refusal(task: Task, model: CompiledModel) -> str | None:
     """Why exhaustive mode refuses ``model`` (more than :data:`EXHAUSTIVE_LIMIT` inputs), or None."""
     count = task.count(model)
     if count <= EXHAUSTIVE_LIMIT:
@@ -274,7 +270,7 @@ def lacks(name: str, mode: str) -> str:
     return f"no certificate for {name}" if mode == "certify" else f"no {mode} mode for {name}"
 
 
-def choose_mode(task: Verifiable, model: CompiledModel | ProgramModel, mode: str | None) -> tuple[str, str | None]:
+def choose_mode(task: Task, model: CompiledModel, mode: str | None) -> tuple[str, str | None]:
     """The mode to run and, when none was asked for, why it was chosen. ``mode`` given: itself if the
     task declares it (``task.modes``) and, for exhaustive, the inputs fit :data:`EXHAUSTIVE_LIMIT`;
     else :class:`VerifyError` naming the modes it has. ``mode`` None: the strongest declared mode
@@ -329,14 +325,6 @@ def verify(model: Any, mode: str | None = None, fmt: Format | str | None = None,
     count = task.count(model)
     extra = dict(mode_reason=why, samples=samples if mode == "sample" else None,
                  input_count=format_count(count, model.n), input_count_log2=count_log2(count))
-    if isinstance(model, ProgramModel):  # an EMA-program construction: the four-way differential check
-        if arithmetic != "fixed":
-            raise VerifyError("arithmetic", f"an EMA program has no weights to run in {arithmetic}; only fixed applies")
-        if device != "cpu":
-            raise VerifyError("device", f"an EMA program runs on the CPU (numpy), got {device!r}")
-        if fmt is not None and not fmt.is_exact:
-            raise VerifyError("fmt", f"an EMA program runs in fixed point, got {fmt.name}")
-        return Report(**report_fields(model, mode, fmt, samples, seed, progress), **extra)
     fmt = fmt or parse_format(model.precision or "float64")
     t0 = time.perf_counter()
     base = _base(model, fmt, mode, seed if mode == "sample" else None) | extra

@@ -9,6 +9,9 @@
 | :class:`MatchHead` | head | +-1 codes, one default (BOS) key and eta from the weights; every row with c matches has the EMA weights round(S/c) (BOS weight 1 at c = 0); the output as a function of the match count c |
 | :class:`BitThreshold`, :class:`XorMLP`, :class:`PatternMLP`, :class:`MatchIndicator`, :class:`SignClip` | MLP | the exact image of the units over the view's boxes (units sharing a pre-activation are tracked as one) |
 | :class:`SymbolReadout`, :class:`ThresholdReadout` | unembedding | the logits' boxes per view assignment; the answer where one logit's lower bound beats every other's upper bound |
+| :class:`FollowPointer`, :class:`LatestMatch` | head (pointer certificate) | the position code a query holds is followed to its key (or sigma: the latest earlier match, else the default key); the output copies the value there, a pointer further |
+| :class:`CleanCode` | MLP | in place: clip to +-1 (exact once |raw| >= 1), the scratch column back to 0 |
+| :class:`CodeReadout` | unembedding | the token whose code the slot holds |
 
 :data:`BLOCKS` is the table of every block by class name, written out here (a saved plan names its
 blocks; loading one needs no other import). A new block is added to this table (a test checks
@@ -18,16 +21,19 @@ that every subclass of :class:`Block` is in it).
 from typing import Any
 
 from exactformer.constructions.blocks.average import UniformAverage
-from exactformer.constructions.blocks.base import Block, CertContext, HeadBlock, MLPBlock, ReadoutBlock, Unproven
+from exactformer.constructions.blocks.base import (Block, CertContext, HeadBlock, MLPBlock, PointerHead, ReadoutBlock,
+                                                   Unproven, ViewHead)
 from exactformer.constructions.blocks.content import RetrieveByAddress, RetrieveByMatch, RetrieveNearest, SignClip
 from exactformer.constructions.blocks.match import MatchHead, MatchIndicator
 from exactformer.constructions.blocks.mlp import BitThreshold, PatternMLP, XorMLP, mlp_image
+from exactformer.constructions.blocks.pointer import CleanCode, CodeReadout, FollowPointer, LatestMatch
 from exactformer.constructions.blocks.readout import SymbolReadout, ThresholdReadout
 from exactformer.constructions.blocks.retrieve import RetrieveByPosition
 
 BLOCKS: dict[str, type[Block]] = {cls.__name__: cls for cls in (
     RetrieveByPosition, RetrieveByAddress, RetrieveNearest, RetrieveByMatch, UniformAverage, MatchHead,
-    BitThreshold, XorMLP, PatternMLP, MatchIndicator, SignClip, SymbolReadout, ThresholdReadout)}
+    FollowPointer, LatestMatch, BitThreshold, XorMLP, PatternMLP, MatchIndicator, SignClip, CleanCode, SymbolReadout,
+    ThresholdReadout, CodeReadout)}
 
 
 def block_from_json(d: dict[str, Any]) -> Block:
@@ -38,7 +44,8 @@ def block_from_json(d: dict[str, Any]) -> Block:
     return BLOCKS[name].from_fields(d)
 
 
-__all__ = ["BLOCKS", "Block", "HeadBlock", "MLPBlock", "ReadoutBlock", "CertContext", "Unproven", "block_from_json",
+__all__ = ["BLOCKS", "Block", "HeadBlock", "ViewHead", "PointerHead", "MLPBlock", "ReadoutBlock", "CertContext", "Unproven",
+           "block_from_json", "FollowPointer", "LatestMatch", "CleanCode", "CodeReadout",
            "RetrieveByPosition", "RetrieveByAddress", "RetrieveNearest", "RetrieveByMatch", "UniformAverage",
            "MatchHead", "BitThreshold", "XorMLP", "PatternMLP", "MatchIndicator", "SignClip", "mlp_image",
            "SymbolReadout", "ThresholdReadout"]

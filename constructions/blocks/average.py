@@ -23,13 +23,13 @@ from typing import Any
 
 import numpy as np
 
-from exactformer.constructions.blocks.base import CertContext, HeadBlock, Unproven
+from exactformer.constructions.blocks.base import CertContext, ViewHead, Unproven
 from exactformer.constructions.core.views import Box, Count, Group, State, Var, unique_rows
 from exactformer.constructions.core.views_ops import value_tables
 
 
 @dataclass(frozen=True)
-class UniformAverage(HeadBlock):
+class UniformAverage(ViewHead):
     value: str
     out: str
 

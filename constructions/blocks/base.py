@@ -58,16 +58,26 @@ class Block(ABC):
 
 @dataclass(frozen=True)
 class HeadBlock(Block):
-    """A block that owns one attention head and proves what it computes (its local certificate)."""
+    """A block that owns one attention head. ``engine`` names the certificate that composes its
+    local certificate: "views" (:class:`ViewHead`) or "pointers" (:class:`PointerHead`)."""
 
     kind: ClassVar[str] = "head"
-    #: True where the certificate derives the logits from code columns (the codes' generators),
-    #: so the query and key columns need no views
-    reads_codes: ClassVar[bool] = False
+    engine: ClassVar[str] = ""
 
     @abstractmethod
     def emit(self, mb: Any, layer: int) -> int:
         """Add the head's weights to ``mb`` (a ModelBuilder) in ``layer``; return the head index."""
+
+
+@dataclass(frozen=True)
+class ViewHead(HeadBlock):
+    """A head certified over views (:mod:`exactformer.constructions.core.views`): its output at the
+    needed positions as boxes over the views' input variables."""
+
+    engine: ClassVar[str] = "views"
+    #: True where the certificate derives the logits from code columns (the codes' generators),
+    #: so the query and key columns need no views
+    reads_codes: ClassVar[bool] = False
 
     @abstractmethod
     def certify_head(self, ctx: "CertContext", layer: int, head: int, state: Any, need: np.ndarray) -> list[tuple[Any, Box]]:
@@ -81,6 +91,19 @@ class HeadBlock(Block):
         if not self.reads_codes:
             read = read | np.any(head_weights["W_Q"] != 0, axis=1) | np.any(head_weights["W_K"] != 0, axis=1)
         return read
+
+
+@dataclass(frozen=True)
+class PointerHead(HeadBlock):
+    """A head certified over slot facts (:mod:`exactformer.constructions.core.pointers`): from the
+    facts of the columns it reads, the facts of the columns it writes, at every position."""
+
+    engine: ClassVar[str] = "pointers"
+
+    @abstractmethod
+    def certify_pointer(self, ctx: "CertContext", layer: int, head: int, facts: dict[int, Any]) -> dict[int, Any]:
+        """The head's output on every residual column it writes (column -> a ``Noisy`` fact), proved
+        from the model's weights and the facts of the columns it reads; raises :class:`Unproven`."""
 
 
 @dataclass(frozen=True)

@@ -45,7 +45,7 @@ from typing import Any
 
 import numpy as np
 
-from exactformer.constructions.blocks.base import CertContext, HeadBlock, MLPBlock, Unproven
+from exactformer.constructions.blocks.base import CertContext, ViewHead, MLPBlock, Unproven
 from exactformer.constructions.blocks.retrieve import RetrieveByPosition, CodeSource, logit_form, retrieval_rows, CodeSide, unit_product
 from exactformer.constructions.codes.products import CodeWorkError, histograms, pair_inner, same_generator
 from exactformer.constructions.core.views import Box, ContentRule, Group, State, Var, unique_rows
@@ -74,7 +74,7 @@ class SignClip(MLPBlock):
 
 
 @dataclass(frozen=True)
-class _DerivedHead(HeadBlock):
+class _DerivedHead(ViewHead):
     """A head whose queries, keys and values the local certificate derives from the weights, the
     codes' generators and the task's precondition: it reads no views (``view_columns`` is empty)."""
 

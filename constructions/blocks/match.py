@@ -45,7 +45,7 @@ from fractions import Fraction
 from typing import Any
 
 import numpy as np
-from exactformer.constructions.blocks.base import CertContext, HeadBlock, MLPBlock, Unproven
+from exactformer.constructions.blocks.base import CertContext, ViewHead, MLPBlock, Unproven
 from exactformer.constructions.core.ir import IRError
 from exactformer.constructions.design.precision_search import smallest_grid_eta
 from exactformer.constructions.core.views import (
@@ -76,7 +76,7 @@ def ema_weight(fmt: Format, count: Any) -> Any:
 
 
 @dataclass(frozen=True)
-class MatchHead(HeadBlock):
+class MatchHead(ViewHead):
     """One softmax head computing EMA over the codes in slots ``query`` / ``key`` (see the module
     docstring); ``default`` is the one-column slot that is 1 at the BOS token only."""
 

@@ -43,14 +43,14 @@ from typing import Any
 
 import numpy as np
 
-from exactformer.constructions.blocks.base import CertContext, HeadBlock, Unproven
+from exactformer.constructions.blocks.base import CertContext, ViewHead, Unproven
 from exactformer.constructions.codes.products import CodeWorkError, histograms, pair_inner, resolve, same_generator
 from exactformer.constructions.core.views import Box, Group, State, unique_rows
 from exactformer.constructions.core.views_ops import import_target, value_tables
 
 
 @dataclass(frozen=True)
-class RetrieveByPosition(HeadBlock):
+class RetrieveByPosition(ViewHead):
     query: str
     key: str
     value: tuple[str, ...]

@@ -54,6 +54,7 @@ __all__ = [
     "ReedSolomonCode",
     "RandomSignCode",
     "OneHotCode",
+    "BinaryCode",
     "position_codes",
     "lemma2_k",
     "parse_max_inner",
@@ -66,7 +67,7 @@ FAMILIES = ("auto", "reed-solomon", "random", "onehot")
 #: Largest n per family: RS positions stay far inside int64 digit arithmetic; onehot has k = n and
 #: every certification kernel is exact only for k <= 2^24; a random code needs all-pairs
 #: certificates: at 2^20 one probe (k ~ 800) is ~1.5 s on an H200 and about an hour on 2 CPU cores.
-N_MAX = {"reed-solomon": 1 << 40, "random": 1 << 20, "onehot": K_EXACT_MAX}
+N_MAX = {"reed-solomon": 1 << 40, "random": 1 << 20, "onehot": K_EXACT_MAX, "binary": 1 << 62}
 RANDOM_K_STEP = 8  # the random family's k is searched over multiples of 8
 RANDOM_SUBSET = 512  # positions used for the exact lower bound of the random search
 #: first probe k_lo * (ln n / ln 512)^1.4, then x1.15 per failed probe (fitted to searches at
@@ -290,6 +291,12 @@ class PositionCode:
             raise PositionCodeError("p must be a single position in [0, n)")
         idx = np.arange(self.n, dtype=np.int64) if indices is None else self._indices(indices)[0]
         return self._inner_dots(int(pi[0]), idx)
+
+    def max_distinct_dot(self) -> int:
+        """The largest <numerators(i), numerators(j)> over i != j (signed; from the family's bound)."""
+        if self.bound is None:
+            raise PositionCodeError(f"family {self.family!r}: no proved bound on the inner products")
+        return int(math.floor(self.bound / self.gram_scale))
 
     def inner(self, i: int, j: int) -> Fraction:
         """Exact <T(i), T(j)>."""
@@ -562,6 +569,46 @@ class OneHotCode(PositionCode):
 
     def _certify_structured(self, progress: bool) -> Certificate:
         return self._make_cert(0, (0, 1), 0.0, "orthogonal", "cpu")
+
+
+class BinaryCode(PositionCode):
+    """T(i) = the k = max(1, ceil(log2 n)) bits of i as +-1 (entry b is +1 iff bit b of i is set).
+
+    The narrowest +-1 code of n distinct vectors, for pointers (P2's k-hop, docs/mpc.md): not
+    near-orthogonal -- <T(i), T(j)> = k - 2 Hamming(i, j), so distinct positions have inner
+    product at most k - 2 (and complements -k: ``bound`` is 1) -- but every codeword is its own
+    position's and the position is linear in the entries: i = sum_b 2^b (T_b(i) + 1) / 2."""
+
+    family = "binary"
+
+    def __init__(self, n: int):
+        n = _check_n(n)
+        _check_family_reach(self.family, n)
+        k = max(1, (n - 1).bit_length())
+        super().__init__(n, k, Fraction(1, 2))
+        self.bound = Fraction(1)
+
+    def generator_key(self) -> tuple:
+        return (self.family, self.n)
+
+    def _numerators_np(self, idx: np.ndarray) -> np.ndarray:
+        bits = (np.asarray(idx, dtype=np.int64)[:, None] >> np.arange(self.k, dtype=np.int64)) & 1
+        return (2 * bits - 1).astype(np.int8)
+
+    def _numerators_torch(self, idx, device):
+        import torch
+
+        bits = (idx.to(torch.int64)[:, None] >> torch.arange(self.k, device=device)) & 1
+        return (2 * bits - 1).to(torch.int8)
+
+    def max_distinct_dot(self) -> int:
+        """Distinct positions differ in at least one bit: <T(i), T(j)> <= k - 2."""
+        return self.k - 2
+
+    def _certify_structured(self, progress: bool) -> Certificate:
+        """|<T(i), T(j)>| = k for the complementary pair 2^(k-1) - 1, 2^(k-1) (both < n)."""
+        i = (1 << (self.k - 1)) - 1
+        return self._make_cert(int(np.abs(self._inner_dots(i, np.array([i + 1])))[0]), (i, i + 1), 0.0, "binary", "cpu")
 
 
 # ------------------------------------------------------------------------------------------

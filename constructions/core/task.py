@@ -11,12 +11,12 @@ Constructions register their builder with their task in :mod:`exactformer.constr
 from __future__ import annotations
 
 import math
+from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Any, Iterator
 
 import numpy as np
 
-from exactformer.constructions.core.ir import CompiledModel
 
 
 #: the verification modes, strongest first: a proof for every input, every input run, seeded samples
@@ -91,19 +91,6 @@ def count_log2(count: int | float) -> float | None:
     return None if isinstance(count, float) and math.isinf(count) else round(math.log2(count), 3)
 
 
-class Verifiable:
-    """What the verifier reads from the task of any construction, weight model or EMA program
-    (:class:`Task`, :class:`~exactformer.constructions.mpc.applications.Application`): the verification
-    modes it has (declared, never inferred from a failed proof) and its number of inputs."""
-
-    #: the modes of :data:`MODES` this task's constructions can be verified in (strongest first)
-    modes: tuple[str, ...] = MODES
-
-    def count(self, model: Any) -> int | float:
-        """The number of distinct inputs (``math.inf`` where too large to compute)."""
-        raise NotImplementedError
-
-
 @dataclass
 class Batch:
     """Natural inputs (task-specific arrays), their token ids and true answers ([B] or [B, A])."""
@@ -111,6 +98,7 @@ class Batch:
     arrays: tuple[np.ndarray, ...]
     tokens: np.ndarray
     truth: np.ndarray
+    kind: str = ""  # where the inputs come from: "exhaustive", "sample" or an adversarial kind
 
     def __len__(self) -> int:
         return len(self.tokens)
@@ -121,7 +109,7 @@ class Batch:
         return vals[0] if len(vals) == 1 else vals
 
     def take(self, idx: np.ndarray) -> "Batch":
-        return Batch(tuple(a[idx] for a in self.arrays), self.tokens[idx], self.truth[idx])
+        return Batch(tuple(a[idx] for a in self.arrays), self.tokens[idx], self.truth[idx], self.kind)
 
 
 @dataclass
@@ -153,61 +141,71 @@ class Domains:
         return t, u
 
 
-class Task(Verifiable):
-    """The interface every task implements (see the module docstring). Weight models have all
-    three modes: a certificate (:mod:`exactformer.verify.certify.composed`), every input, samples."""
+class Task(ABC):
+    """The interface every task implements (see the module docstring): the task of a weight model
+    (all three modes: a certificate, :mod:`exactformer.verify.certify`, every input, samples) and
+    of an EMA program (:class:`~exactformer.constructions.mpc.applications.Application`: no
+    certificate) alike. The modes are declared, never inferred from a failed proof."""
 
     #: how a natural input becomes tokens, for exports (schema in docs/exports.md)
     ENCODING: dict[str, Any] = {}
+    #: the modes of :data:`MODES` this task's models can be verified in (strongest first)
+    modes: tuple[str, ...] = MODES
 
     # ---- definition ---------------------------------------------------------------------------------
-    def length(self, model: CompiledModel) -> int:
+    @abstractmethod
+    def length(self, model: Any) -> int:
         """Tokens per input."""
-        raise NotImplementedError
 
-    def domains(self, model: CompiledModel) -> Domains:
+    @abstractmethod
+    def domains(self, model: Any) -> Domains:
         """The token ids allowed at each position."""
-        raise NotImplementedError
 
-    def truth(self, model: CompiledModel, *arrays: np.ndarray) -> np.ndarray:
-        raise NotImplementedError
+    @abstractmethod
+    def truth(self, model: Any, *arrays: np.ndarray) -> np.ndarray:
+        """The true answers of the inputs held as the task's arrays."""
 
-    def spec(self, model: CompiledModel) -> Any:
-        """The ground truth in the certificate's terms (from the task definition, not the weights)."""
-        raise NotImplementedError
+    def spec(self, model: Any) -> Any:
+        """The ground truth in the certificate's terms (from the task definition, not the weights);
+        a task whose ``modes`` include certify must give one."""
+        raise NotImplementedError(f"{type(self).__name__} has no specification (no certify mode)")
 
     # ---- encoding ---------------------------------------------------------------------------------------
-    def encode_arrays(self, model: CompiledModel, *arrays: np.ndarray) -> np.ndarray:
-        raise NotImplementedError
+    @abstractmethod
+    def encode_arrays(self, model: Any, *arrays: np.ndarray) -> np.ndarray:
+        """The task's arrays -> token ids [B, T]."""
 
-    def to_arrays(self, model: CompiledModel, examples: list[Any]) -> tuple[np.ndarray, ...]:
+    @abstractmethod
+    def to_arrays(self, model: Any, examples: list[Any]) -> tuple[np.ndarray, ...]:
         """Natural inputs (as users write them) -> the task's arrays, validated."""
-        raise NotImplementedError
 
-    def batch(self, model: CompiledModel, *arrays: np.ndarray) -> Batch:
-        return Batch(tuple(arrays), self.encode_arrays(model, *arrays), self.truth(model, *arrays))
+    def batch(self, model: Any, *arrays: np.ndarray, kind: str = "") -> Batch:
+        return Batch(tuple(arrays), self.encode_arrays(model, *arrays), self.truth(model, *arrays), kind)
 
-    def encode(self, model: CompiledModel, example: Any) -> np.ndarray:
+    def encode(self, model: Any, example: Any) -> np.ndarray:
         return self.encode_arrays(model, *self.to_arrays(model, [example]))[0]
 
-    def encode_batch(self, model: CompiledModel, examples: list[Any]) -> np.ndarray:
+    def encode_batch(self, model: Any, examples: list[Any]) -> np.ndarray:
         return self.encode_arrays(model, *self.to_arrays(model, list(examples)))
 
     # ---- input sources ------------------------------------------------------------------------------------
-    def count(self, model: CompiledModel) -> int:
-        """The number of distinct inputs."""
-        raise NotImplementedError
+    @abstractmethod
+    def count(self, model: Any) -> int | float:
+        """The number of distinct inputs (``math.inf`` where too large to compute)."""
 
-    def exhaustive(self, model: CompiledModel, batch: int = 4096) -> Iterator[Batch]:
-        raise NotImplementedError
+    @abstractmethod
+    def exhaustive(self, model: Any, batch: int = 4096) -> Iterator[Batch]:
+        """Every input, in batches."""
 
-    def sample(self, model: CompiledModel, count: int, seed: int) -> Iterator[Batch]:
-        raise NotImplementedError
+    @abstractmethod
+    def sample(self, model: Any, count: int, seed: int) -> Iterator[Batch]:
+        """``count`` random inputs from ``np.random.default_rng(seed)``."""
 
-    def adversarial(self, model: CompiledModel, count: int, seed: int) -> Iterator[Batch]:
-        raise NotImplementedError
+    @abstractmethod
+    def adversarial(self, model: Any, count: int, seed: int) -> Iterator[Batch]:
+        """Named hard inputs (deterministic given the seed), at most ``count``; ``Batch.kind`` names them."""
 
-    def candidates(self, model: CompiledModel, hint: dict, count: int) -> Iterator[Batch]:
+    def candidates(self, model: Any, hint: dict, count: int) -> Iterator[Batch]:
         """Inputs to try when a proof step fails: planted from ``hint`` first, then adversarial,
         then sampled (seeded)."""
         yield from self.adversarial(model, count, seed=1)

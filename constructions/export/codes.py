@@ -43,6 +43,8 @@ def regenerate(gen: dict[str, Any]) -> Any:
         code = pc.RandomSignCode(n, int(gen["k"]), int(gen["seed"] or 0), mi)
     elif fam == "onehot":
         code = pc.OneHotCode(n, mi)
+    elif fam == "binary":
+        code = pc.BinaryCode(n)
     else:
         code = pc.position_codes(n, max_inner=mi, family=fam, seed=int(gen.get("seed") or 0))
     if int(code.k) != int(gen["k"]):

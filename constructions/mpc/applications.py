@@ -29,7 +29,7 @@ from exactformer.constructions.mpc.compile import (
     compile_protocol,
     resources,
 )
-from exactformer.constructions.core.task import TaskError, Verifiable
+from exactformer.constructions.core.task import Batch, Domains, Task, TaskError
 from exactformer.precision import FixedPoint
 
 COUNT_WORK_LIMIT = 1 << 18  # count_rgs is exact up to n * min(n, blocks) of this many steps
@@ -192,10 +192,12 @@ class ProgramModel:
                 "bounds": [{"quantity": q, "built": b, "P2": p} for q, b, p in r.rows()]}
 
 
-class Application(Verifiable):
-    """An application of Thm 4.1: a protocol builder, its ground truth and its input sources. It has
-    no certificate (its element-wise maps are arbitrary functions, P2 Def. 2.2): it is verified by
-    running inputs, every one (every equality pattern for the string tasks) or seeded samples."""
+class Application(Task):
+    """An application of Thm 4.1 as a task: a protocol builder, its ground truth and its input
+    sources (the :class:`~exactformer.constructions.core.task.Task` interface, the model being a
+    :class:`ProgramModel`). It has no certificate (its element-wise maps are arbitrary functions,
+    P2 Def. 2.2): it is verified by running inputs, every one (every equality pattern for the
+    string tasks) or seeded samples (:mod:`exactformer.verify.mpc.check`)."""
 
     modes = ("exhaustive", "sample")
     name = ""
@@ -204,47 +206,77 @@ class Application(Verifiable):
     #: how a natural input becomes the program's input (schema of docs/exports.md): word i is x_i
     ENCODING: dict[str, Any] = {"inputs": [{"name": "x", "type": "N ints in [0, domain)"}],
                                 "tokens": [{"for_each": "x", "token": "{}"}]}
-    #: the registered softmax construction that lowers this program (docs/ema.md), if there is one,
-    #: built with ``lowered_params``: the four-way check's last level
+    #: the registered construction whose weights compute this program's task (docs/mpc.md), if there
+    #: is one, built with ``lowered_params``: the differential check's last level
     lowered_construction: str | None = None
+    #: whether that construction lowers the program head for head (Match2: each EMA head one
+    #: softmax head, compared bit for bit), or only computes the same answers (k-hop)
+    lowered_heads: bool = False
 
     # ---- to implement ---------------------------------------------------------------------------
     def protocol(self, n: int, **params) -> Protocol:
-        raise NotImplementedError
-
-    def truth(self, model: ProgramModel, x: np.ndarray) -> np.ndarray:
         raise NotImplementedError
 
     def domain(self, model: ProgramModel) -> int:
         """Inputs are integers in [0, domain)."""
         raise NotImplementedError
 
-    def adversarial(self, model: ProgramModel, seed: int) -> Iterator[tuple[str, np.ndarray]]:
+    def named(self, model: ProgramModel, seed: int) -> Iterator[tuple[str, np.ndarray]]:
+        """The named hard inputs: (kind, inputs [B, n])."""
         raise NotImplementedError
 
     def lowered_params(self, model: ProgramModel) -> dict[str, Any]:
         return {}
 
+    # ---- the task: one word per machine ----------------------------------------------------------------
+    def length(self, model: ProgramModel) -> int:
+        return model.n
+
+    def domains(self, model: ProgramModel) -> Domains:
+        return Domains([np.arange(self.domain(model))], np.zeros(model.n, dtype=np.int64))
+
+    def encode_arrays(self, model: ProgramModel, x: np.ndarray) -> np.ndarray:
+        return np.atleast_2d(np.asarray(x, dtype=np.int64))
+
+    def to_arrays(self, model: ProgramModel, examples: list[Any]) -> tuple[np.ndarray, ...]:
+        try:
+            x = np.asarray(examples)
+        except ValueError:
+            x = np.asarray([], dtype=float)
+        if x.ndim != 2 or x.shape[-1] != model.n or x.dtype.kind not in "iu":
+            raise ApplicationError(f"{self.domain_name} must be integers of shape [{model.n}] or [B, {model.n}], got "
+                                   f"{x.dtype} {list(x.shape)[1:]}")
+        d = self.domain(model)
+        if x.size and (x.min() < 0 or x.max() >= d):
+            raise ApplicationError(f"{self.domain_name} must lie in [0, {d}), got values in [{x.min()}, {x.max()}]")
+        return (x.astype(np.int64),)
+
     # ---- sources ----------------------------------------------------------------------------------
-    def exhaustive(self, model: ProgramModel, batch: int) -> Iterator[np.ndarray]:
+    def exhaustive(self, model: ProgramModel, batch: int = 4096) -> Iterator[Batch]:
         """Every input (default: all of [0, domain)^n in counting order)."""
         d, n = self.domain(model), model.n
         total = d**n
         for lo in range(0, total, batch):
             idx = np.arange(lo, min(total, lo + batch), dtype=np.int64)
-            digits = (idx[:, None] // d ** np.arange(n - 1, -1, -1, dtype=np.int64)) % d
-            yield digits
+            yield self.batch(model, (idx[:, None] // d ** np.arange(n - 1, -1, -1, dtype=np.int64)) % d,
+                             kind="exhaustive")
 
     def count(self, model: ProgramModel) -> int | float:
         return self.domain(model) ** model.n
 
-    def sample(self, model: ProgramModel, count: int, seed: int, batch: int) -> Iterator[np.ndarray]:
+    def sample(self, model: ProgramModel, count: int, seed: int) -> Iterator[Batch]:
         rng = np.random.default_rng(seed)
+        batch = max(1, (1 << 20) // model.n)
+        for lo in range(0, count, batch):
+            yield self.batch(model, self.draw(model, rng, min(batch, count - lo)), kind="sample")
+
+    def adversarial(self, model: ProgramModel, count: int, seed: int) -> Iterator[Batch]:
         done = 0
-        while done < count:
-            b = min(batch, count - done)
-            yield self.draw(model, rng, b)
-            done += b
+        for kind, x in self.named(model, seed):
+            take = x[: max(0, count - done)]
+            if len(take):
+                yield self.batch(model, take, kind=kind)
+                done += len(take)
 
     def draw(self, model: ProgramModel, rng: np.random.Generator, b: int) -> np.ndarray:
         return rng.integers(0, self.domain(model), size=(b, model.n))
@@ -258,16 +290,6 @@ class Application(Verifiable):
         protocol = self.protocol(n, **params)
         program = compile_protocol(protocol)
         return ProgramModel(self, dict(protocol.params), protocol, program, resources(protocol), program.min_format())
-
-    def encode(self, model: ProgramModel, inputs) -> np.ndarray:
-        x = np.asarray(inputs)
-        if x.ndim not in (1, 2) or x.shape[-1] != model.n or x.dtype.kind not in "iu":
-            raise ApplicationError(f"{self.domain_name} must be integers of shape [{model.n}] or [B, {model.n}], "
-                                   f"got {x.dtype} {list(x.shape)}")
-        d = self.domain(model)
-        if x.size and (x.min() < 0 or x.max() >= d):
-            raise ApplicationError(f"{self.domain_name} must lie in [0, {d}), got values in [{x.min()}, {x.max()}]")
-        return x.astype(np.int64)
 
 
 # ---- Match2 ------------------------------------------------------------------------------------
@@ -307,6 +329,7 @@ class Match2(Application):
     theorem = "P2 Thm 5.2 (Def. 5.1)"
     domain_name = "Match2 inputs (residues)"
     lowered_construction = "match2"
+    lowered_heads = True
 
     def protocol(self, n: int, modulus: int = 37) -> Protocol:
         return lib.match2(n, modulus)
@@ -320,7 +343,7 @@ class Match2(Application):
     def draw(self, model, rng, b):
         return match2_draw(model.n, model.params["modulus"], rng, b)
 
-    def adversarial(self, model, seed):
+    def named(self, model, seed):
         return match2_adversarial(model.n, model.params["modulus"], seed)
 
     def lowered_params(self, model):
@@ -328,6 +351,45 @@ class Match2(Application):
 
 
 # ---- induction heads and k-hop -------------------------------------------------------------------
+
+
+def k_hop_draw(n: int, alphabet: int, rng: np.random.Generator, b: int) -> np.ndarray:
+    """b random k-hop inputs [b, n]: tokens from the first 2, 4, n/4, n or |Sigma| symbols (one size
+    per input, uniformly), so that short and long hop chains both occur."""
+    sizes = np.array(sorted({max(1, min(alphabet, v)) for v in (2, 4, n // 4, n, alphabet)}))
+    size = sizes[rng.integers(0, len(sizes), size=b)]
+    return (rng.random((b, n)) * size[:, None]).astype(np.int64)
+
+
+def k_hop_adversarial(n: int, alphabet: int, branching: int, seed: int) -> Iterator[tuple[str, np.ndarray]]:
+    """Named hard cases (docs/mpc.md, "Verification"): fixed points, no repeats, long chains, and
+    last occurrences at the block boundaries of a ``branching``-ary search."""
+    S, B = alphabet, branching
+    rng = np.random.default_rng(seed)
+    pos = np.arange(n, dtype=np.int64)
+    yield "all-equal", np.zeros((1, n), dtype=np.int64)  # σ(p) = p: fixed points
+    yield "max-token", np.full((1, n), S - 1, dtype=np.int64)
+    yield "runs-of-2", (pos // 2 % S)[None, :]  # "aabbcc…": fixed points inside chains
+    periods = [q for q in (2, 3, 5, S) if 1 <= q <= S]
+    yield "periodic", np.stack([(pos % q + (S - q)) % S for q in periods])  # long hop chains
+    yield "no-repeats", (pos % S)[None, :] if S >= n else ((pos * 7 + 3) % S)[None, :]
+    # the last earlier occurrence sits just before p's level-ℓ block (or at position 0), nothing equal
+    # in between: the search must find it in the sibling block right at the boundary
+    if S >= 2:
+        L = lib.levels(n, B)
+        rows = []
+        for lev in range(1, L + 1):
+            span = B ** (L - lev)
+            if span >= n:
+                continue
+            for p in rng.integers(span, n, size=4):
+                for q in {int(p // span * span - 1), 0}:
+                    if q < p:
+                        row = rng.integers(1, S, size=n)
+                        row[[q, p]] = 0
+                        rows.append(row)
+        if rows:
+            yield "block-boundary", np.stack(rows)
 
 
 class KHop(Application):
@@ -339,6 +401,11 @@ class KHop(Application):
         self.name = name
         self.fixed_hops = fixed_hops
         self.theorem = "P2 Thm 5.4 (Def. 5.3)" if fixed_hops == 1 else "P2 Thm 5.6 (Def. 5.5)"
+        self.lowered_construction = name  # the weights (constructions/theorems/induction_heads.py): same answers
+
+    def lowered_params(self, model):
+        hops = {} if self.fixed_hops is not None else {"k": model.params["hops"]}
+        return hops | {"alphabet": max(2, model.params["alphabet"])}
 
     def protocol(self, n: int, hops: int = 1, alphabet: int | None = None, branching: int = 2) -> Protocol:
         if self.fixed_hops is not None:
@@ -356,44 +423,16 @@ class KHop(Application):
     def count(self, model):
         return count_rgs(model.n, self.domain(model))
 
-    def exhaustive(self, model, batch):
+    def exhaustive(self, model, batch=4096):
         """Every equality pattern: the restricted growth strings with at most |Σ| values."""
-        return restricted_growth_strings(model.n, self.domain(model), batch)
+        for x in restricted_growth_strings(model.n, self.domain(model), batch):
+            yield self.batch(model, x, kind="exhaustive")
 
     def draw(self, model, rng, b):
-        n, S = model.n, self.domain(model)
-        sizes = np.array(sorted({max(1, min(S, v)) for v in (2, 4, n // 4, n, S)}))
-        size = sizes[rng.integers(0, len(sizes), size=b)]
-        return (rng.random((b, n)) * size[:, None]).astype(np.int64)
+        return k_hop_draw(model.n, self.domain(model), rng, b)
 
-    def adversarial(self, model, seed):
-        """Named hard cases (docs/mpc.md, "Verification"): fixed points, no repeats, long chains, block boundaries."""
-        n, S, B = model.n, self.domain(model), model.params["branching"]
-        rng = np.random.default_rng(seed)
-        pos = np.arange(n, dtype=np.int64)
-        yield "all-equal", np.zeros((1, n), dtype=np.int64)  # σ(p) = p: fixed points
-        yield "max-token", np.full((1, n), S - 1, dtype=np.int64)
-        yield "runs-of-2", (pos // 2 % S)[None, :]  # "aabbcc…": fixed points inside chains
-        periods = [q for q in (2, 3, 5, S) if 1 <= q <= S]
-        yield "periodic", np.stack([(pos % q + (S - q)) % S for q in periods])  # long hop chains
-        yield "no-repeats", (pos % S)[None, :] if S >= n else ((pos * 7 + 3) % S)[None, :]
-        # the last earlier occurrence sits just before p's level-ℓ block (or at position 0), nothing equal
-        # in between: the search must find it in the sibling block right at the boundary
-        if S >= 2:
-            L = lib.levels(n, B)
-            rows = []
-            for lev in range(1, L + 1):
-                span = B ** (L - lev)
-                if span >= n:
-                    continue
-                for p in rng.integers(span, n, size=4):
-                    for q in {int(p // span * span - 1), 0}:
-                        if q < p:
-                            row = rng.integers(1, S, size=n)
-                            row[[q, p]] = 0
-                            rows.append(row)
-            if rows:
-                yield "block-boundary", np.stack(rows)
+    def named(self, model, seed):
+        return k_hop_adversarial(model.n, self.domain(model), model.params["branching"], seed)
 
 
 # ---- push-only library protocols --------------------------------------------------------------------
@@ -413,7 +452,7 @@ class PrefixSums(Application):
     def truth(self, model, x):
         return prefix_sums_truth(x, model.params["word_bits"])
 
-    def adversarial(self, model, seed):
+    def named(self, model, seed):
         n, top = model.n, self.domain(model) - 1
         yield "all-zero", np.zeros((1, n), dtype=np.int64)
         yield "all-max", np.full((1, n), top, dtype=np.int64)  # wraps around 2^p at every step
@@ -434,7 +473,7 @@ class Sort(Application):
     def truth(self, model, x):
         return sort_truth(x)
 
-    def adversarial(self, model, seed):
+    def named(self, model, seed):
         n, d = model.n, self.domain(model)
         pos = np.arange(n, dtype=np.int64)[None, :]
         yield "all-equal", np.zeros((1, n), dtype=np.int64)

@@ -287,7 +287,8 @@ class VectorBatch(Batch):
         return [[str(Fraction(int(v), self.scale)) for v in row] for row in X[i]], Y[i].tolist()
 
     def take(self, idx: np.ndarray) -> "VectorBatch":
-        return VectorBatch(tuple(a[idx] for a in self.arrays), self.tokens[idx], self.truth[idx], self.scale)
+        return VectorBatch(tuple(a[idx] for a in self.arrays), self.tokens[idx], self.truth[idx], self.kind,
+                           scale=self.scale)
 
 
 def label_positions(T: int) -> np.ndarray:
@@ -405,9 +406,9 @@ class NearestNeighborTask(Task):
             Ys.append(list(ls))
         return np.asarray(Xs, dtype=np.int64).reshape(len(Xs), n, d), np.asarray(Ys, dtype=np.int64).reshape(len(Ys), n - 1)
 
-    def batch(self, model: CompiledModel, *arrays: np.ndarray) -> Batch:
-        return VectorBatch(tuple(arrays), self.encode_arrays(model, *arrays), self.truth(model, *arrays),
-                           self.scale(model))
+    def batch(self, model: CompiledModel, *arrays: np.ndarray, kind: str = "") -> Batch:
+        return VectorBatch(tuple(arrays), self.encode_arrays(model, *arrays), self.truth(model, *arrays), kind,
+                           scale=self.scale(model))
 
     # ---- inputs ---------------------------------------------------------------------------------
     def count(self, model: CompiledModel) -> int:

@@ -352,9 +352,8 @@ class _Row:
 
 def _plan(name: str, model: Any, v: _Verification) -> _Row:
     """How ``verify all`` runs one construction: in --mode where the construction has it (exhaustive
-    over the limit is refused before anything runs), else in its strongest mode; an EMA program in
-    exact arithmetic on the CPU; --samples and --seed for sampled rows only. Every difference from
-    the options is the row's note."""
+    over the limit is refused before anything runs), else in its strongest mode; --samples and
+    --seed for sampled rows only. Every difference from the options is the row's note."""
     task, notes = task_of(model), []
     mode = v.mode
     if mode is not None and mode not in task.modes:
@@ -364,17 +363,8 @@ def _plan(name: str, model: Any, v: _Verification) -> _Row:
         chosen, _ = choose_mode(task, model, mode)
     except VerifyError as e:
         _bad(e, v.json)
-    device, arithmetic = v.device, v.arithmetic
-    if not isinstance(model.compiled, CompiledModel):  # an EMA program
-        if arithmetic != "fixed":
-            notes.append(f"an EMA program has no float forward pass: checked in exact arithmetic, not {arithmetic}")
-            arithmetic = "fixed"
-        if device != "cpu":
-            notes.append(f"an EMA program runs on the CPU (numpy), not {device}")
-            device = "cpu"
     sampled = chosen == "sample"
-    options = replace(v, mode=mode, device=device, arithmetic=arithmetic, samples=v.samples if sampled else None,
-                      seed=v.seed if sampled else None)
+    options = replace(v, mode=mode, samples=v.samples if sampled else None, seed=v.seed if sampled else None)
     return _Row(name, model, chosen, options, "; ".join(notes) or None)
 
 

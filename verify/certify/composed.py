@@ -37,10 +37,12 @@ import numpy as np
 from exactformer.constructions.blocks.base import CertContext, Unproven
 from exactformer.constructions.blocks.mlp import mlp_image
 from exactformer.constructions.core.ir import CompiledModel, IRError
+from exactformer.constructions.core.pointers import PointerContext
 from exactformer.constructions.core.views import Box, Group, State, initial_groups, unique_rows
 from exactformer.constructions.core.views_ops import join_views
 from exactformer.precision import Float32, Float64, Format
 from exactformer.precision.boxes import arithmetic as make_arithmetic
+from exactformer.verify.certify import pointer
 
 CANDIDATES = 2048  # inputs the counterexample search runs when a proof step fails
 
@@ -105,9 +107,15 @@ def _prove(model: CompiledModel, fmt: Format, task: Any, device: str, details: d
         raise Unproven(f"the task's inputs have {T} tokens but the model's context is {model.n_ctx}")
     domains = task.domains(model)
     answer_pos = model.answer_positions_for(T)
+    owners = _owners(model, W)
+    engines = {block.engine for heads in owners.values() for block in heads.values()}
+    if "pointers" in engines:  # heads that follow pointers: the pointer certificate (verify/certify/pointer.py)
+        if engines != {"pointers"}:
+            raise Unproven("the plan mixes heads of the pointer certificate and of the view certificate")
+        return pointer.prove(PointerContext(model, arith, W, domains, T, device, details, fmt=read_fmt), owners, task,
+                             progress)
     ctx = CertContext(model, arith, W, domains, T, device, details)
     ctx.written = _written_before(model, W)
-    owners = _owners(model, W)
     tracked = _tracked_columns(model, W, owners)
     details["tracked_columns"] = int(tracked.size)
     if model.vector_input is not None and np.any(np.isin(tracked, np.asarray(model.vector_input.cols))):

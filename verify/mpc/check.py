@@ -1,24 +1,24 @@
 """Verification of MPC protocols, their compiled EMA programs and their softmax lowerings (P2 Thm 4.1
 and §5; docs/mpc.md, "Verification").
 
-Four-way differential run on every input:
+Five-way differential run on every input:
 
     truth          the task's definition (:mod:`exactformer.constructions.mpc.applications`)
     L1  "mpc"      :func:`exactformer.verify.mpc.protocol_run.trace` — direct delivery, every resource checked
     L2  "ideal"    :func:`exactformer.verify.mpc.program_run.trace` in exact rational semantics
     L2  fixed      the same under each requested fixed-point format (weights ⌊S/c⌋/S)
-    L3  softmax    where the application has a lowering (Match2): the registered softmax model run
-                   by the exact executor in its own format — its answers against the truth, and
-                   every lowered head's output against the EMA head's output in that format, bit
-                   for bit
+    L3  weights    where a registered construction computes the application (Match2: the program
+                   lowered head for head; induction heads and k-hop: the pointer-doubling weights of
+                   constructions/theorems/induction_heads.py), run by the exact executor in its own
+                   format — its answers against the truth and, for a head-for-head lowering, every
+                   lowered head's output against the EMA head's output in that format, bit for bit
 
 L1 and every L2 run go in lockstep, and after every round the L2 state must equal the L1 memory
 field by field for every machine (the **simulation invariant**); the first difference is reported
 with its round, machine, input and field. Outputs are then compared with the truth.
 
 :func:`check` runs the input sources of the application (exhaustive, sample, adversarial);
-:class:`MPCModel` is a built application ready to run (``xf.build`` returns one for an EMA-program
-construction); :func:`report_fields` is what ``xf.verify`` and the CLI report for one.
+:class:`MPCModel` is a built application ready to run (:func:`build`).
 """
 
 from __future__ import annotations
@@ -152,7 +152,8 @@ def _row(a: np.ndarray, b: int, i: int) -> Any:
 
 def differential(protocol: Protocol, program: EMAProgram, x: np.ndarray, truth: np.ndarray | None,
                  formats: Sequence[FixedPoint | None] = (None,), run_mpc: bool = True,
-                 stats: dict | None = None, lowered: CompiledModel | None = None) -> Counterexample | None:
+                 stats: dict | None = None, lowered: CompiledModel | None = None,
+                 compare_heads: bool = True) -> Counterexample | None:
     """Run one batch ``x`` [B, n] through L1 (if ``run_mpc``), L2 under every format (None = ideal) in
     lockstep, and L3 (``lowered``, whose format must be among ``formats``); return the first
     counterexample (input index relative to the batch; source "")."""
@@ -219,16 +220,17 @@ def differential(protocol: Protocol, program: EMAProgram, x: np.ndarray, truth: 
             b, i = (int(v) for v in np.argwhere(bad)[0])
             return cex(name, "output", b=b, machine=i, expected=int(truth[b, i]), got=int(out[b, i]))
     if lowered is not None:
-        return _softmax_level(lowered, x, truth, outs[parse_format(lowered.precision).name], stats, cex)
+        return _softmax_level(lowered, x, truth, outs[parse_format(lowered.precision).name] if compare_heads else None,
+                              stats, cex)
     return None
 
 
-def _softmax_level(lowered: CompiledModel, x: np.ndarray, truth: np.ndarray, l2: list[tuple[HeadOut, ...]],
+def _softmax_level(lowered: CompiledModel, x: np.ndarray, truth: np.ndarray, l2: list[tuple[HeadOut, ...]] | None,
                    stats: dict, cex: Callable[..., Counterexample]) -> Counterexample | None:
-    """L3: the lowered model's answers (exact executor, its own format) against the truth, and its
-    match heads' outputs against the EMA heads' (L2 in the same format), bit for bit. The lowering
-    maps the program's heads, layer by layer, to the model's :class:`MatchHead` blocks in plan order
-    and machine i to answer position i."""
+    """L3: the weights' answers (exact executor, its own format) against the truth and, where the
+    construction lowers the program head for head (``l2`` given: Match2), its match heads' outputs
+    against the EMA heads' (L2 in the same format), bit for bit: the program's heads, layer by layer,
+    are the model's :class:`MatchHead` blocks in plan order, machine i answer position i."""
     fmt = parse_format(lowered.precision)
     level = f"softmax {fmt.name}"
     tokens = registry.task_of(lowered).encode_arrays(lowered, x)
@@ -238,6 +240,8 @@ def _softmax_level(lowered: CompiledModel, x: np.ndarray, truth: np.ndarray, l2:
     if bad.any():
         b, i = (int(v) for v in np.argwhere(bad)[0])
         return cex(level, "output", b=b, machine=i, expected=int(truth[b, i]), got=None if got[b, i] < 0 else int(got[b, i]))
+    if l2 is None:
+        return None
     heads = [(p.layer, p.index, p.block) for p in lowered.plan if p.kind == "head" and isinstance(p.block, MatchHead)]
     ema = [o for layer in l2 for o in layer]
     if len(heads) != len(ema):
@@ -290,7 +294,8 @@ def lowered_model(model: ProgramModel) -> CompiledModel | None:
 
 
 class MPCModel:
-    """A built EMA-program construction, ready to run: ``compiled`` is its
+    """A built MPC application (a protocol and its EMA program: the reference levels of
+    :func:`check`), ready to run: ``compiled`` is its
     :class:`~exactformer.constructions.mpc.applications.ProgramModel` (protocol, program, resources,
     ``fmt``, ``application``, ``params``: available directly as attributes).
 
@@ -306,18 +311,24 @@ class MPCModel:
             raise AttributeError(name)
         return getattr(self.compiled, name)
 
+    def _inputs(self, inputs: Any) -> np.ndarray:
+        """One input [n] or a batch [B, n], checked by the application (its task's ``to_arrays``)."""
+        x = np.asarray(inputs)
+        (checked,) = self.application.to_arrays(self.compiled, x[None] if x.ndim == 1 else x)
+        return checked[0] if x.ndim == 1 else checked
+
     def __call__(self, inputs, fmt: FixedPoint | str | None = None) -> list:
-        x = np.asarray(self.application.encode(self.compiled, inputs))
+        x = self._inputs(inputs)
         out = ema_program.run(self.program, x, _semantics(self.compiled, fmt)).outputs
         return _answers(out, x.ndim == 1)
 
     def mpc(self, inputs) -> list:
         """The same answers from the protocol run directly (L1)."""
-        x = np.asarray(self.application.encode(self.compiled, inputs))
+        x = self._inputs(inputs)
         return _answers(mpc.run(self.protocol, x).outputs, x.ndim == 1)
 
     def truth(self, inputs) -> list:
-        x = np.asarray(self.application.encode(self.compiled, inputs))
+        x = self._inputs(inputs)
         return _answers(self.application.truth(self.compiled, np.atleast_2d(x)), x.ndim == 1)
 
     def lowered(self) -> CompiledModel | None:
@@ -350,7 +361,7 @@ def check(model: ProgramModel, mode: str = "sample", samples: int = 100, seed: i
         raise CheckError(f"samples must be an integer >= 0, got {samples!r}")
     fmts = [None, model.fmt] if formats is None else [_semantics(model, f) for f in formats]
     low = lowered_model(model) if lowered else None
-    if low is not None and parse_format(low.precision).name not in [_level_name(f) for f in fmts]:
+    if low is not None and app.lowered_heads and parse_format(low.precision).name not in [_level_name(f) for f in fmts]:
         fmts.append(parse_format(low.precision))  # L2 in L3's format, for the head comparison
     batch = batch or max(1, (1 << 20) // model.n)
     if mode == "exhaustive":
@@ -358,15 +369,15 @@ def check(model: ProgramModel, mode: str = "sample", samples: int = 100, seed: i
         if total > EXHAUSTIVE_LIMIT:
             raise CheckError(f"exhaustive mode: {format_count(total, model.n)} inputs exceed the limit of "
                              f"{format_count(EXHAUSTIVE_LIMIT)}; use sample")
-        sources: Iterator[tuple[str, np.ndarray]] = (("exhaustive", x) for x in app.exhaustive(model, batch))
+        sources: Iterator[tuple[str, np.ndarray]] = ((b.kind, b.arrays[0]) for b in app.exhaustive(model, batch))
     else:
         def both() -> Iterator[tuple[str, np.ndarray]]:
-            for kind, x in app.adversarial(model, seed + 1):
-                for lo in range(0, len(x), batch):
-                    yield kind, x[lo:lo + batch]
+            for b in app.adversarial(model, EXHAUSTIVE_LIMIT, seed + 1):
+                for lo in range(0, len(b), batch):
+                    yield b.kind, b.arrays[0][lo:lo + batch]
             if mode == "sample":
-                for x in app.sample(model, samples, seed, batch):
-                    yield "sample", x
+                for b in app.sample(model, samples, seed):
+                    yield b.kind, b.arrays[0]
         sources = both()
     return check_batches(model, sources, fmts, mode, None if mode == "exhaustive" else seed, run_mpc, low, progress)
 
@@ -383,7 +394,8 @@ def check_batches(model: ProgramModel, sources, formats: Sequence[FixedPoint | N
     for kind, x in sources:
         x = np.asarray(x, dtype=np.int64)
         truth = model.application.truth(model, x)
-        cex = differential(model.protocol, model.program, x, truth, formats, run_mpc, stats, lowered)
+        cex = differential(model.protocol, model.program, x, truth, formats, run_mpc, stats, lowered,
+                           model.application.lowered_heads)
         if cex is not None:
             cex.index += covered
             cex.source = kind
@@ -399,27 +411,6 @@ def check_batches(model: ProgramModel, sources, formats: Sequence[FixedPoint | N
     return CheckReport(model.name, model.n, model.params, mode, cex is None, covered, seed, counts, levels,
                        time.perf_counter() - t0, cex, stats.get("usage", {}), stats.get("max_matches", 0),
                        stats.get("lost", {}), model.resources, stats.get("heads_compared", 0))
-
-
-def report_fields(model: ProgramModel, mode: str, fmt: FixedPoint | str | None = None, samples: int = 1000,
-                  seed: int = 0, progress: Callable[[int], None] | None = None) -> dict[str, Any]:
-    """The fields of the verifier's Report for an EMA-program construction (``xf.verify``, the CLI):
-    the four-way check (:func:`check`) in ``mode`` "exhaustive" or "sample" (the modes its
-    :class:`~exactformer.constructions.mpc.applications.Application` declares; the verifier refuses others),
-    in ideal semantics and in ``fmt`` (default: the coarsest exact format)."""
-    fixed = _semantics(model, fmt or "default")
-    r = model.resources
-    base = dict(construction=model.construction, theorem=model.theorem, n=model.n, mode=mode,
-                seed=seed if mode == "sample" else None, precision=fixed.name, precision_bits=int(fixed.bits), eta=None,
-                eta_paper=None, k=None, layers=r.layers, heads=r.max_heads, width=r.residual, size_bits=None)
-    rep = check(model, mode, samples=samples, seed=seed, formats=[None, fixed], progress=progress)
-    cex = rep.counterexample
-    return base | dict(passed=rep.passed, inputs_covered=rep.inputs, seconds=rep.seconds, reason=rep.reason,
-                       counterexample=None if cex is None else asdict(cex) | {"description": cex.describe()},
-                       details={"kind": "ema-program", "levels": rep.levels, "sources": rep.sources,
-                                "max_matches": rep.max_matches, "lost_matches": rep.lost_matches,
-                                "heads_compared": rep.heads_compared, "usage": rep.usage,
-                                "resources": model.summary()["bounds"]})
 
 
 def build(name: str, n: int, **params) -> MPCModel:
