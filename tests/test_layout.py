@@ -66,3 +66,11 @@ def test_the_architecture_doc_lists_every_folder():
     folders |= {"tests/", "benchmarks/", "docs/"}
     assert rows == folders
 
+
+
+def test_no_layer_asks_which_kind_of_model_it_has():
+    """One model world: the verifier, the API and the command line never test for a program type."""
+    pattern = re.compile(r"isinstance\(.*(ProgramModel|MPCModel)")
+    found = [f"{p.relative_to(ROOT)}:{i + 1}" for folder in ("verify", "exactformer") for p in (ROOT / folder).rglob("*.py")
+             for i, line in enumerate(p.read_text().splitlines()) if pattern.search(line)]
+    assert found == []
