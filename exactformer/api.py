@@ -127,11 +127,12 @@ def save(model: Model | CompiledModel, out_dir: str | Path, certify: bool = True
     """Write ``model`` to ``out_dir`` (see :func:`exactformer.constructions.export.save` for
     ``dense`` / ``materialize_limit``). ``certify`` (default True) certifies it in its fixed-point
     format, float64 and float32 first and records the outcome as the manifest's
-    ``certified_arithmetics``; False records nothing."""
+    ``certified_arithmetics``; False records nothing, and so does a construction without a
+    certificate (its task's modes lack "certify": it is verified by running it)."""
     compiled = check_model(model)
     if not isinstance(certify, bool):
         raise VerifyError("certify", f"must be True or False, got {certify!r}")
-    if certify and "certified_arithmetics" not in kwargs:
+    if certify and "certified_arithmetics" not in kwargs and "certify" in registry.task_of(compiled).modes:
         kwargs["certified_arithmetics"] = certified_arithmetics(compiled)
     return _save(compiled, out_dir, **kwargs)
 

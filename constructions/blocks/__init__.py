@@ -11,6 +11,7 @@
 | :class:`SymbolReadout`, :class:`ThresholdReadout` | unembedding | the logits' boxes per view assignment; the answer where one logit's lower bound beats every other's upper bound |
 | :class:`FollowPointer`, :class:`LatestMatch` | head (pointer certificate) | the position code a query holds is followed to its key (or sigma: the latest earlier match, else the default key); the output copies the value there, a pointer further |
 | :class:`CleanCode` | MLP | in place: clip to +-1 (exact once |raw| >= 1), the scratch column back to 0 |
+| :class:`WordSum` | MLP | words (a presence column and p bits): their sum mod 2^p where the gates are on, by robust steps (no local certificate: checked by the MPC simulation invariant) |
 | :class:`CodeReadout` | unembedding | the token whose code the slot holds |
 
 :data:`BLOCKS` is the table of every block by class name, written out here (a saved plan names its
@@ -29,11 +30,12 @@ from exactformer.constructions.blocks.mlp import BitThreshold, PatternMLP, XorML
 from exactformer.constructions.blocks.pointer import CleanCode, CodeReadout, FollowPointer, LatestMatch
 from exactformer.constructions.blocks.readout import SymbolReadout, ThresholdReadout
 from exactformer.constructions.blocks.retrieve import RetrieveByPosition
+from exactformer.constructions.blocks.words import WordSum
 
 BLOCKS: dict[str, type[Block]] = {cls.__name__: cls for cls in (
     RetrieveByPosition, RetrieveByAddress, RetrieveNearest, RetrieveByMatch, UniformAverage, MatchHead,
     FollowPointer, LatestMatch, BitThreshold, XorMLP, PatternMLP, MatchIndicator, SignClip, CleanCode, SymbolReadout,
-    ThresholdReadout, CodeReadout)}
+    ThresholdReadout, CodeReadout, WordSum)}
 
 
 def block_from_json(d: dict[str, Any]) -> Block:
@@ -48,4 +50,4 @@ __all__ = ["BLOCKS", "Block", "HeadBlock", "ViewHead", "PointerHead", "MLPBlock"
            "block_from_json", "FollowPointer", "LatestMatch", "CleanCode", "CodeReadout",
            "RetrieveByPosition", "RetrieveByAddress", "RetrieveNearest", "RetrieveByMatch", "UniformAverage",
            "MatchHead", "BitThreshold", "XorMLP", "PatternMLP", "MatchIndicator", "SignClip", "mlp_image",
-           "SymbolReadout", "ThresholdReadout"]
+           "SymbolReadout", "ThresholdReadout", "WordSum"]

@@ -93,6 +93,8 @@ class Construction:
     no_sizes: NoRows | None = None
     example: dict[str, Any] = field(default_factory=lambda: {"n": 8})
     order: int = 0
+    #: the largest n ``verify all`` builds it at (None: any); a larger --n is lowered to it, noted
+    all_max_n: int | None = None
 
     @property
     def parameters(self) -> dict[str, inspect.Parameter]:
@@ -119,10 +121,12 @@ class RegistryError(ValueError):
 
 
 def construction(name: str, task: type | Task, theorem: str, claim: Claim,
-                 sizes: SizeRows | tuple[SizeRows, ...] | NoRows, example: dict[str, Any] | None = None) -> Callable:
+                 sizes: SizeRows | tuple[SizeRows, ...] | NoRows, example: dict[str, Any] | None = None,
+                 all_max_n: int | None = None) -> Callable:
     """Decorator registering a builder ``f(n, ...) -> CompiledModel`` under ``name``: its task, the
     theorem it builds, the theorem's claim, the size-table rows (or :class:`NoRows`: the reason it
-    has none) and a small example build (default ``n=8``)."""
+    has none), a small example build (default ``n=8``) and the largest n ``verify all`` builds it
+    at (``all_max_n``: for a construction verified by running it, whose cost per input grows fast)."""
     if not isinstance(claim, Claim):
         raise RegistryError(f"{name}: claim must be a Claim (what the theorem claims), got {claim!r}")
     rows = (sizes,) if isinstance(sizes, SizeRows) else sizes
@@ -134,7 +138,7 @@ def construction(name: str, task: type | Task, theorem: str, claim: Claim,
 
     def wrap(fn: Callable[..., CompiledModel]) -> Callable[..., CompiledModel]:
         _REGISTRY[name] = Construction(name, fn, task() if isinstance(task, type) else task, theorem, claim,
-                                       tuple(rows), reason, dict(example or {"n": 8}), next(_COUNTER))
+                                       tuple(rows), reason, dict(example or {"n": 8}), next(_COUNTER), all_max_n)
         fn.construction_name = name  # type: ignore[attr-defined]
         return fn
 

@@ -210,3 +210,54 @@ class Task(ABC):
         then sampled (seeded)."""
         yield from self.adversarial(model, count, seed=1)
         yield from self.sample(model, count, seed=2)
+
+
+class SymbolsTask(Task):
+    """A task whose input is N symbols in [0, D): tokens BOS (id D) at position 0, then the symbols
+    (id = symbol), answers at positions 1..N; inputs held as one array [B, N]. Subclasses give D
+    (:meth:`symbols`), the parameter that sets it (:attr:`domain_param`: named in error messages)
+    and the error class."""
+
+    #: what the symbols are called in messages ("tokens", "words")
+    noun: str = "symbols"
+    #: the task parameter that sets D, for messages ("alphabet = 3")
+    domain_param: str = ""
+    error: type[TaskError] = TaskError
+
+    @abstractmethod
+    def symbols(self, model: Any) -> int:
+        """D: the symbols are integers in [0, D)."""
+
+    def length(self, model: Any) -> int:
+        return model.n + 1
+
+    def domains(self, model: Any) -> Domains:
+        D = self.symbols(model)
+        return Domains([np.array([D]), np.arange(D)], np.r_[0, np.ones(model.n, np.int64)])
+
+    def encode_arrays(self, model: Any, x: np.ndarray) -> np.ndarray:
+        x = np.atleast_2d(np.asarray(x, dtype=np.int64))
+        return np.hstack([np.full((x.shape[0], 1), self.symbols(model), dtype=np.int64), x])
+
+    def to_arrays(self, model: Any, examples: list[Any]) -> tuple[np.ndarray, ...]:
+        try:
+            x = np.asarray(examples, dtype=np.int64)
+        except (TypeError, ValueError, OverflowError):
+            raise self.error(f"inputs must be lists of {model.n} {self.noun} (integers)") from None
+        D = self.symbols(model)
+        if x.ndim != 2 or x.shape[1] != model.n:
+            raise self.error(f"an input must be {model.n} {self.noun}, got shape {list(x.shape)[1:]}")
+        if x.size and (x.min() < 0 or x.max() >= D):
+            raise self.error(f"{self.noun} must lie in [0, {D}) ({self.domain_param} = "
+                             f"{model.task_params[self.domain_param]}), got values in [{x.min()}, {x.max()}]")
+        return (x,)
+
+    def count(self, model: Any) -> int:
+        return self.symbols(model) ** model.n
+
+    def exhaustive(self, model: Any, batch: int = 4096) -> Iterator[Batch]:
+        """Every input in counting order (the first symbol most significant)."""
+        D, n = self.symbols(model), model.n
+        for lo in range(0, D**n, batch):
+            idx = np.arange(lo, min(D**n, lo + batch), dtype=np.int64)
+            yield self.batch(model, (idx[:, None] // D ** np.arange(n - 1, -1, -1, dtype=np.int64)) % D)

@@ -212,6 +212,10 @@ class Application(Task):
     #: whether that construction lowers the program head for head (Match2: each EMA head one
     #: softmax head, compared bit for bit), or only computes the same answers (k-hop)
     lowered_heads: bool = False
+    #: whether that construction simulates the protocol round for round (prefix sums: layer r is
+    #: round r), so that its residual stream after layer r decodes to the protocol's memory after
+    #: round r (``decode_memory`` of constructions/theorems/mpc_simulation.py), checked per round
+    lowered_rounds: bool = False
 
     # ---- to implement ---------------------------------------------------------------------------
     def protocol(self, n: int, **params) -> Protocol:
@@ -435,6 +439,22 @@ class KHop(Application):
         return k_hop_adversarial(model.n, self.domain(model), model.params["branching"], seed)
 
 
+def prefix_sums_adversarial(n: int, word_bits: int, seed: int) -> Iterator[tuple[str, np.ndarray]]:
+    """Named prefix-sums inputs: all-zero, all-max (the sum wraps around 2^p at every step),
+    alternating 0 / max, one max word at each position (a carry travelling through every level of
+    the tree), and words whose block sums are each exactly 2^p (every carry out of the word drops)."""
+    top = (1 << word_bits) - 1
+    pos = np.arange(n)[None, :]
+    yield "all-zero", np.zeros((1, n), dtype=np.int64)
+    yield "all-max", np.full((1, n), top, dtype=np.int64)
+    yield "alternating", (pos % 2) * top
+    yield "one-max", np.where(np.arange(n)[:, None] == pos, top, 1).astype(np.int64)
+    rng = np.random.default_rng(seed)
+    x = rng.integers(0, top + 1, size=(4, n))
+    x[:, 1::2] = (top + 1 - x[:, 0::2][:, : n // 2]) & top  # pairs summing to 2^p (or 0)
+    yield "pairs-to-2^p", x
+
+
 # ---- push-only library protocols --------------------------------------------------------------------
 
 
@@ -442,6 +462,13 @@ class PrefixSums(Application):
     name = "prefix-sums"
     theorem = "library (push-only MPC; not in P2)"
     domain_name = "words"
+    #: the weights simulate this protocol round for round (constructions/theorems/mpc_simulation.py):
+    #: the check decodes their residual stream after every layer against the memory
+    lowered_construction = "prefix-sums"
+    lowered_rounds = True
+
+    def lowered_params(self, model):
+        return {"word_bits": model.params["word_bits"], "fan_in": model.params["fan_in"]}
 
     def protocol(self, n: int, word_bits: int = 8, fan_in: int = 2) -> Protocol:
         return lib.prefix_sums(n, word_bits, fan_in)
@@ -453,10 +480,7 @@ class PrefixSums(Application):
         return prefix_sums_truth(x, model.params["word_bits"])
 
     def named(self, model, seed):
-        n, top = model.n, self.domain(model) - 1
-        yield "all-zero", np.zeros((1, n), dtype=np.int64)
-        yield "all-max", np.full((1, n), top, dtype=np.int64)  # wraps around 2^p at every step
-        yield "alternating", (np.arange(n)[None, :] % 2) * top
+        yield from prefix_sums_adversarial(model.n, model.params["word_bits"], seed)
 
 
 class Sort(Application):

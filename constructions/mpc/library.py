@@ -230,6 +230,26 @@ def induction_heads(n: int, alphabet: int, branching: int = 2) -> Protocol:
 # ------------------------------------------------------------------------------------------------
 
 
+def up_route(n: int, B: int, lev: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Round ``up-ℓ`` of :func:`prefix_sums` (ℓ = ``lev``): (lead [n] bool, dest [n], slot [n]) —
+    the level-(ℓ−1) leaders (i mod B^{ℓ−1} = 0) send to their level-ℓ leader ⌊i / B^ℓ⌋·B^ℓ, slot
+    = their index among its children; dest −1 for the others. A function of the ids only: the
+    routing is oblivious (the weights put it in the position embedding)."""
+    ids = np.arange(n, dtype=np.int64)
+    lead = ids % B ** (lev - 1) == 0
+    return lead, np.where(lead, (ids // B**lev) * B**lev, -1), (ids // B ** (lev - 1)) % B
+
+
+def down_route(n: int, B: int, lev: int) -> tuple[np.ndarray, np.ndarray]:
+    """The down round at level ℓ = ``lev`` of :func:`prefix_sums`: (lead [n, B−1] bool, dest
+    [n, B−1]) — a level-ℓ leader i (i mod B^ℓ = 0) sends to its child u = 1..B−1, machine
+    i + u·B^{ℓ−1}, where that exists (dest −1 elsewhere); slot 0. Oblivious, like :func:`up_route`."""
+    ids = np.arange(n, dtype=np.int64)[:, None]
+    child = ids + np.arange(1, B, dtype=np.int64) * B ** (lev - 1)
+    lead = (ids % B**lev == 0) & (child < n)
+    return lead, np.where(lead, child, -1)
+
+
 def prefix_sums(n: int, word_bits: int, fan_in: int = 2) -> Protocol:
     """y_i = (x_0 + … + x_i) mod 2^p by a B-ary tree (B = ``fan_in``), push-only: 2L rounds,
     L = ceil(log_B n).
@@ -254,8 +274,9 @@ def prefix_sums(n: int, word_bits: int, fan_in: int = 2) -> Protocol:
         return {k: v for k, v in mem.items() if k.startswith("kids") or k in ("x", "off")}
 
     def up(lev: int):
+        lead, dest, slot = up_route(n, B, lev)
+
         def step(mem: Memory) -> Step:
-            ids = _ids(n)
             new = kept(mem)
             if lev == 1:
                 value = mem["x"]
@@ -263,35 +284,30 @@ def prefix_sums(n: int, word_bits: int, fan_in: int = 2) -> Protocol:
                 kids = mem["inbox"]
                 new[f"kids{lev - 1}"] = kids
                 value = np.where(kids >= 0, kids, 0).sum(axis=-1) % mod
-            lead = ids % B ** (lev - 1) == 0
             shape = mem["x"].shape
-            dest = np.broadcast_to(np.where(lead, (ids // B**lev) * B**lev, -1), shape)
-            slot = np.broadcast_to((ids // B ** (lev - 1)) % B, shape)
-            return Step(new, send=Send(dest, slot, np.where(lead, value, 0)))
+            return Step(new, send=Send(np.broadcast_to(dest, shape), np.broadcast_to(slot, shape),
+                                       np.where(lead, value, 0)))
 
         return step
 
     def down(lev: int):
+        lead, dest = down_route(n, B, lev)
+
         def step(mem: Memory) -> Step:
-            ids = _ids(n)
             new = kept(mem)
             if lev == L:
                 new[f"kids{L}"] = mem["inbox"]
-                off = np.where(ids == 0, 0, -1) + np.zeros_like(mem["x"])
+                off = np.where(_ids(n) == 0, 0, -1) + np.zeros_like(mem["x"])
             else:
                 got = mem["inbox"][..., 0]
                 off = np.where(got >= 0, got, mem["off"])
             new["off"] = off
             kids = np.where(new[f"kids{lev}"] >= 0, new[f"kids{lev}"], 0)
             before = (np.cumsum(kids, axis=-1) - kids)[..., 1:]  # [B, n, B−1], u = 1..B−1
-            u = np.arange(1, B, dtype=np.int64)
-            child = ids[..., None] + u * B ** (lev - 1)
-            lead = (ids % B**lev == 0)[..., None] & (child < n)
             shape = before.shape
-            dest = np.broadcast_to(np.where(lead, child, -1), shape)
             word = np.where(lead, (off[..., None] + before) % mod, 0)
             del new[f"kids{lev}"]
-            return Step(new, send=Send(dest, np.zeros(shape, dtype=np.int64), word))
+            return Step(new, send=Send(np.broadcast_to(dest, shape), np.zeros(shape, dtype=np.int64), word))
 
         return step
 

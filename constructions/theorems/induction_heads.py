@@ -45,7 +45,7 @@ from exactformer.constructions.core.builder import Layout, ModelBuilder
 from exactformer.constructions.core.ir import CompiledModel, Param
 from exactformer.constructions.core.pointers import Latest, Shift, TokenAt
 from exactformer.constructions.core.registry import Claim, SizeRows, construction
-from exactformer.constructions.core.task import Batch, Domains, Task, TaskError
+from exactformer.constructions.core.task import Batch, SymbolsTask, TaskError
 from exactformer.constructions.design.precision_search import (FLOAT_FALLBACKS, arithmetics_for, designed_for,
                                                                fewest_bits, float_arithmetic, float_set,
                                                                smallest_grid_eta, smallest_works)
@@ -72,12 +72,13 @@ def sigma_pointer(T: int) -> Latest:
     return Latest(key=(Shift.of([(1, T, -1)]),), first=1, default=0)
 
 
-class KHopTask(Task):
+class KHopTask(SymbolsTask):
     """Tokens: BOS, then w_1 .. w_N in [0, |Sigma|); answers at positions 1..N: w_{sigma^k(p)} or
     None ("no answer"). Inputs are held as the array w [B, N]."""
 
     ENCODING = {"inputs": [{"name": "w", "type": "N ints in [0, alphabet)"}],
                 "tokens": [{"token": "BOS"}, {"for_each": "w", "token": "s{}"}]}
+    noun, domain_param, error = "tokens", "alphabet", InductionHeadsError
 
     def __init__(self, hops: int | None = None):
         self.hops = hops  # fixed (induction heads) or the model's k
@@ -85,58 +86,26 @@ class KHopTask(Task):
     def _k(self, model: CompiledModel) -> int:
         return int(model.task_params["k"])
 
-    def _alphabet(self, model: CompiledModel) -> int:
+    def symbols(self, model: CompiledModel) -> int:
         return int(model.task_params["alphabet"])
-
-    def length(self, model: CompiledModel) -> int:
-        return model.n + 1
-
-    def domains(self, model: CompiledModel) -> Domains:
-        S = self._alphabet(model)
-        return Domains([np.array([S]), np.arange(S)], np.r_[0, np.ones(model.n, np.int64)])
 
     def truth(self, model: CompiledModel, w: np.ndarray) -> np.ndarray:
         return k_hop_truth(np.atleast_2d(w), self._k(model))
 
     def spec(self, model: CompiledModel) -> TokenAt:
-        S = self._alphabet(model)
+        S = self.symbols(model)
         return TokenAt((sigma_pointer(model.n + 1),) * self._k(model), np.arange(S + 1))
-
-    def encode_arrays(self, model: CompiledModel, w: np.ndarray) -> np.ndarray:
-        w = np.atleast_2d(np.asarray(w, dtype=np.int64))
-        return np.hstack([np.full((w.shape[0], 1), self._alphabet(model), dtype=np.int64), w])
-
-    def to_arrays(self, model: CompiledModel, examples: list[Any]) -> tuple[np.ndarray, ...]:
-        try:
-            w = np.asarray(examples, dtype=np.int64)
-        except (TypeError, ValueError):
-            raise InductionHeadsError(f"inputs must be lists of {model.n} tokens (integers)") from None
-        S = self._alphabet(model)
-        if w.ndim != 2 or w.shape[1] != model.n:
-            raise InductionHeadsError(f"an input must be {model.n} tokens, got shape {list(w.shape)[1:]}")
-        if w.size and (w.min() < 0 or w.max() >= S):
-            raise InductionHeadsError(f"tokens must lie in [0, {S}) (alphabet = {S}), got values in [{w.min()}, {w.max()}]")
-        return (w,)
-
-    def count(self, model: CompiledModel) -> int:
-        return self._alphabet(model) ** model.n
-
-    def exhaustive(self, model: CompiledModel, batch: int = 4096) -> Iterator[Batch]:
-        S, n = self._alphabet(model), model.n
-        for lo in range(0, S**n, batch):
-            idx = np.arange(lo, min(S**n, lo + batch), dtype=np.int64)
-            yield self.batch(model, (idx[:, None] // S ** np.arange(n - 1, -1, -1, dtype=np.int64)) % S)
 
     def sample(self, model: CompiledModel, count: int, seed: int) -> Iterator[Batch]:
         rng = np.random.default_rng(seed)
         for lo in range(0, count, 256):
-            yield self.batch(model, k_hop_draw(model.n, self._alphabet(model), rng, min(256, count - lo)))
+            yield self.batch(model, k_hop_draw(model.n, self.symbols(model), rng, min(256, count - lo)))
 
     def adversarial(self, model: CompiledModel, count: int, seed: int) -> Iterator[Batch]:
         """The named hard cases of the k-hop application (fixed points, no repeats, long chains,
         block boundaries), at most ``count`` inputs."""
         done = 0
-        for kind, w in k_hop_adversarial(model.n, self._alphabet(model), BRANCHING, seed):
+        for kind, w in k_hop_adversarial(model.n, self.symbols(model), BRANCHING, seed):
             take = w[: max(0, count - done)]
             if take.size:
                 yield self.batch(model, take, kind=kind)

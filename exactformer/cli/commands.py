@@ -197,7 +197,8 @@ def _build(name: str, kw: dict[str, Any]) -> None:
         fail(f"--out: {str(out)!r} exists and is not a directory", as_json)
     with Steps(lines=not as_json) as steps:
         model, _ = _construct(name, kw, as_json, steps)
-        steps.step(f"certify {name} n={model.n} (its format, float64, float32) and write {out}")
+        steps.step(f"certify {name} n={model.n} (its format, float64, float32) and write {out}"
+                   if "certify" in task_of(model).modes else f"write {out} (no certificate: nothing to record)")
         try:
             path = xf.save(model, out, dense=not compact)
         except VerifyError as e:
@@ -213,8 +214,11 @@ def _build(name: str, kw: dict[str, Any]) -> None:
     rows = [[k, summary[k], ""] for k in ("n", "layers", "heads", "d_model", "d_head", "d_mlp", "width", "parameters",
                                           "precision")]
     rows += [[k, p["value"], p["formula"]] for k, p in summary["params"].items()]
-    rows.append(["certified in", ", ".join(certified["certified"]) or "none",
-                 "not certified: " + (", ".join(certified["not_certified"]) or "none")])
+    if certified is None:
+        rows.append(["certified in", "none", "no certificate: it is verified by running it (exactformer verify)"])
+    else:
+        rows.append(["certified in", ", ".join(certified["certified"]) or "none",
+                     "not certified: " + (", ".join(certified["not_certified"]) or "none")])
     rows.append(["out", summary["out"], ", ".join(summary["files"])])
     print_table(f"{summary['construction']} ({summary['theorem']})", ["quantity", "value", "formula"], rows)
 
@@ -350,11 +354,14 @@ class _Row:
     note: str | None
 
 
-def _plan(name: str, model: Any, v: _Verification) -> _Row:
+def _plan(name: str, model: Any, v: _Verification, n: int) -> _Row:
     """How ``verify all`` runs one construction: in --mode where the construction has it (exhaustive
     over the limit is refused before anything runs), else in its strongest mode; --samples and
-    --seed for sampled rows only. Every difference from the options is the row's note."""
+    --seed for sampled rows only; at a smaller n than --n where the registration caps it. Every
+    difference from the options is the row's note."""
     task, notes = task_of(model), []
+    if model.n != n:
+        notes.append(f"built at n = {model.n}, the largest `verify all` runs it at (it is verified by running it)")
     mode = v.mode
     if mode is not None and mode not in task.modes:
         notes.append(f"{lacks(name, mode)} (its modes: {' | '.join(task.modes)}): ran in its strongest")
@@ -376,8 +383,8 @@ def _verify_all(kw: dict[str, Any]) -> None:
         fail(str(e), v.json)
     samples = ALL_SAMPLES if v.samples is None else v.samples
     with Steps(lines=not v.json) as steps:
-        rows = [_plan(name, _construct(name, {"n": str(n)}, v.json, steps)[0], replace(v, samples=samples))
-                for name in registry.names()]
+        rows = [_plan(name, _construct(name, {"n": str(min(n, registry.get(name).all_max_n or n))}, v.json, steps)[0],
+                      replace(v, samples=samples), n) for name in registry.names()]
         sampled = [r.name for r in rows if r.chosen == "sample"]
         given = [f"--{o}" for o in ("samples", "seed") if getattr(v, o) is not None]  # as typed, not ALL_SAMPLES
         if given and not sampled:

@@ -9,9 +9,12 @@ Five-way differential run on every input:
     L2  fixed      the same under each requested fixed-point format (weights ⌊S/c⌋/S)
     L3  weights    where a registered construction computes the application (Match2: the program
                    lowered head for head; induction heads and k-hop: the pointer-doubling weights of
-                   constructions/theorems/induction_heads.py), run by the exact executor in its own
-                   format — its answers against the truth and, for a head-for-head lowering, every
-                   lowered head's output against the EMA head's output in that format, bit for bit
+                   constructions/theorems/induction_heads.py; prefix sums: the protocol simulated
+                   round for round, constructions/theorems/mpc_simulation.py), run by the exact
+                   executor in its own format — its answers against the truth; for a head-for-head
+                   lowering, every lowered head's output against the EMA head's output in that
+                   format, bit for bit; for a round-for-round simulation, the residual stream after
+                   layer r decoded against L1's memory after round r (the invariant, at the weights)
 
 L1 and every L2 run go in lockstep, and after every round the L2 state must equal the L1 memory
 field by field for every machine (the **simulation invariant**); the first difference is reported
@@ -33,6 +36,7 @@ from exactformer.constructions.blocks.match import MatchHead
 from exactformer.constructions.mpc.program import EMAProgram, HeadOut
 from exactformer.constructions.core.ir import CompiledModel
 from exactformer.constructions.mpc.protocol import Protocol
+from exactformer.constructions.theorems.mpc_simulation import decode_memory
 from exactformer.constructions.mpc.compile import ResourceReport
 from exactformer.constructions.mpc.applications import (
     APPLICATIONS,
@@ -153,10 +157,11 @@ def _row(a: np.ndarray, b: int, i: int) -> Any:
 def differential(protocol: Protocol, program: EMAProgram, x: np.ndarray, truth: np.ndarray | None,
                  formats: Sequence[FixedPoint | None] = (None,), run_mpc: bool = True,
                  stats: dict | None = None, lowered: CompiledModel | None = None,
-                 compare_heads: bool = True) -> Counterexample | None:
+                 compare_heads: bool = True, simulates: bool = False) -> Counterexample | None:
     """Run one batch ``x`` [B, n] through L1 (if ``run_mpc``), L2 under every format (None = ideal) in
-    lockstep, and L3 (``lowered``, whose format must be among ``formats``); return the first
-    counterexample (input index relative to the batch; source "")."""
+    lockstep, and L3 (``lowered``, whose format must be among ``formats``: its heads compared with
+    L2's where ``compare_heads``, its residual stream after every layer with L1's memory where
+    ``simulates``); return the first counterexample (input index relative to the batch; source "")."""
     levels: list[tuple[str, Iterator]] = []
     if run_mpc:
         levels.append(("mpc", mpc.trace(protocol, x)))
@@ -166,6 +171,7 @@ def differential(protocol: Protocol, program: EMAProgram, x: np.ndarray, truth: 
     lost = stats.setdefault("lost", {})
     finals: dict[str, dict] = {}
     outs: dict[str, list[tuple[HeadOut, ...]]] = {}
+    memories: list[dict] = []  # L1's memory after every round (the weights' invariant compares with it)
 
     def cex(level: str, kind: str, **kw) -> Counterexample:
         b = kw.pop("b", 0)
@@ -195,6 +201,7 @@ def differential(protocol: Protocol, program: EMAProgram, x: np.ndarray, truth: 
             finals[name] = states[name]
         if run_mpc:
             ref = states["mpc"]
+            memories.append(ref)
             for name, st in states.items():
                 if name == "mpc":
                     continue
@@ -221,19 +228,27 @@ def differential(protocol: Protocol, program: EMAProgram, x: np.ndarray, truth: 
             return cex(name, "output", b=b, machine=i, expected=int(truth[b, i]), got=int(out[b, i]))
     if lowered is not None:
         return _softmax_level(lowered, x, truth, outs[parse_format(lowered.precision).name] if compare_heads else None,
-                              stats, cex)
+                              stats, cex, memories if run_mpc else None, protocol, simulates)
     return None
 
 
 def _softmax_level(lowered: CompiledModel, x: np.ndarray, truth: np.ndarray, l2: list[tuple[HeadOut, ...]] | None,
-                   stats: dict, cex: Callable[..., Counterexample]) -> Counterexample | None:
-    """L3: the weights' answers (exact executor, its own format) against the truth and, where the
-    construction lowers the program head for head (``l2`` given: Match2), its match heads' outputs
-    against the EMA heads' (L2 in the same format), bit for bit: the program's heads, layer by layer,
-    are the model's :class:`MatchHead` blocks in plan order, machine i answer position i."""
+                   stats: dict, cex: Callable[..., Counterexample], memories: list[dict] | None = None,
+                   protocol: Protocol | None = None, model_simulates_rounds: bool = False) -> Counterexample | None:
+    """L3: the weights' answers (exact executor, its own format) against the truth; where the
+    construction simulates the protocol round for round (``model_simulates_rounds``: the MPC
+    simulation), the residual stream after every layer decoded against L1's memory after that
+    round (``memories``); and where it lowers the program head for head (``l2`` given: Match2),
+    its match heads' outputs against the EMA heads' (L2 in the same format), bit for bit: the
+    program's heads, layer by layer, are the model's :class:`MatchHead` blocks in plan order,
+    machine i answer position i."""
     fmt = parse_format(lowered.precision)
     level = f"softmax {fmt.name}"
     tokens = registry.task_of(lowered).encode_arrays(lowered, x)
+    if memories is not None and model_simulates_rounds:
+        found = _weights_invariant(lowered, tokens, fmt, memories, protocol, cex, level)
+        if found is not None:
+            return found
     res = run_model(lowered, tokens, fmt)
     got = np.array([[-1 if a is None else int(a) for a in row] for row in res.answers])
     bad = got != truth
@@ -263,6 +278,29 @@ def _softmax_level(lowered: CompiledModel, x: np.ndarray, truth: np.ndarray, l2:
                 return cex(level, "head", b=lo + b, machine=i, field=f"blocks.{layer}.attn head {h}",
                            expected=want[b, i].tolist(), got=np.asarray(z[b, i]).tolist())
     stats["heads_compared"] = stats.get("heads_compared", 0) + len(x)
+    return None
+
+
+def _weights_invariant(lowered: CompiledModel, tokens: np.ndarray, fmt: FixedPoint, memories: list[dict],
+                       protocol: Protocol | None, cex: Callable[..., Counterexample], level: str) -> Counterexample | None:
+    """The simulation invariant at the weight level: after layer r (r = 0: the embedding) the
+    residual stream, decoded by the model's memory map (:func:`decode_memory`), equals L1's memory
+    after round r for every machine (position i + 1) and field; the first difference is returned."""
+    chunk = max(1, HEAD_COMPARE_ENTRIES // (tokens.shape[1] ** 2))
+    for lo in range(0, len(tokens), chunk):
+        _, cache = forward_with_cache(lowered, tokens[lo:lo + chunk], fmt)
+        for r, want in enumerate(memories):
+            hook = "blocks.0.hook_resid_pre" if r == 0 else f"blocks.{r - 1}.hook_resid_post"
+            got = decode_memory(lowered, cache.raw[hook][:, 1:], int(fmt.scale), r)
+            part = {f: v[lo:lo + len(cache.raw[hook])] for f, v in want.items()}
+            d = _first_difference(part, got)
+            if d is not None:
+                b, i, f = d
+                exp, val = (("(field missing)" if f not in s else f"(shape {list(np.shape(s[f]))})" if i < 0
+                             else _row(s[f], b, i)) for s in (part, got))
+                name = protocol.rounds[r - 1].name if r and protocol is not None else "init"
+                return cex(level, "invariant", b=lo + b, round=r, round_name=name, machine=i, field=f,
+                           expected=exp, got=val)
     return None
 
 
@@ -395,7 +433,7 @@ def check_batches(model: ProgramModel, sources, formats: Sequence[FixedPoint | N
         x = np.asarray(x, dtype=np.int64)
         truth = model.application.truth(model, x)
         cex = differential(model.protocol, model.program, x, truth, formats, run_mpc, stats, lowered,
-                           model.application.lowered_heads)
+                           model.application.lowered_heads, model.application.lowered_rounds)
         if cex is not None:
             cex.index += covered
             cex.source = kind
