@@ -5,13 +5,16 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import pytest
+
 DOC = Path(__file__).resolve().parents[1] / "docs" / "mpc.md"
 
 
-def test_worked_example_runs():
+@pytest.mark.parametrize("marker", ["worked example", "registered example"])
+def test_examples_run(marker):
     text = DOC.read_text()
-    block = re.search(r"<!-- worked example -->\n```python\n(.*?)```", text, re.S)
-    assert block is not None, "docs/mpc.md lost its worked example"
+    block = re.search(rf"<!-- {marker} -->\n```python\n(.*?)```", text, re.S)
+    assert block is not None, f"docs/mpc.md lost its {marker}"
     exec(compile(block.group(1), str(DOC), "exec"), {})
 
 

@@ -24,6 +24,7 @@ import numpy as np
 from exactformer.constructions.core import registry
 from exactformer.precision import Format, parse_format
 from exactformer.verify.bounds import lower_bounds as lb
+from exactformer.verify.verifier import verify
 from exactformer.verify.bounds.sizes import (SIZE_SPECS, SizeProvider, SizesError, SizeSpec, SizeUnavailable,
                                              figure_families, provider_or_default, reference_p, report, update_doc)
 
@@ -220,22 +221,34 @@ def float_attention(model, tokens: np.ndarray) -> list[np.ndarray]:
 
 @dataclass(frozen=True)
 class AttentionPicture:
-    """A small built model and the input it is shown on."""
+    """A small built model and the input it is shown on (``example``: the task's natural input;
+    Index Lookup is shown on one input per index instead)."""
 
     name: str
     construction: str
     n: int
     kwargs: tuple[tuple[str, Any], ...]
     title: str
+    example: tuple[int, ...] = ()
 
+
+PICTURE_SAMPLES = 200  # inputs a picture's float64 model is run on where no certificate covers float64
 
 ATTENTION_PICTURES = (
     AttentionPicture("attention-index-lookup-n16", "index-lookup", 16, (("alphabet", 64),),
                      "Index Lookup, N = 16: the index token p attends to position p"),
     AttentionPicture("attention-equality-n8", "equality", 8, (),
-                     "Equality, N = 8: layer 1 fetches x_(i-N/2) (and x_i for i <= N/2); layer 2 averages"),
+                     "Equality, N = 8: layer 1 fetches x_(i-N/2) (and x_i for i <= N/2); layer 2 averages",
+                     (1, -1, 1, 1, 1, -1, -1, 1)),
     AttentionPicture("attention-disjointness-n8", "disjointness", 8, (),
-                     "Disjointness, N = 8: head h of layer 1 fetches x_(I_i[h]) (BOS for no index); layer 2 averages"),
+                     "Disjointness, N = 8: head h of layer 1 fetches x_(I_i[h]) (BOS for no index); layer 2 averages",
+                     (1, 0, 1, 1, 0, 1, 1, 0)),
+    AttentionPicture("attention-k-hop-n9", "k-hop", 9, (("k", 5), ("alphabet", 3)),
+                     "k-hop, N = 9, k = 5, w = aabcbabca. Layer 1: the previous token; layer 2: sigma (the latest "
+                     "earlier match; BOS for none); pointer doubling: layer 3 P = sigma^2 (looks at sigma(p)) and "
+                     "A = sigma (looks at p), layer 4 P = sigma^4 (looks at sigma^2(p)), layer 5 A = P o A = sigma^5 "
+                     "(looks at A(p) = sigma(p))",
+                     (0, 0, 1, 2, 1, 0, 1, 2, 0)),
 )
 
 
@@ -248,10 +261,11 @@ class Panel:
     cols: list[str]
 
 
-def picture_panels(pic: AttentionPicture) -> tuple[str, list[Panel], bool]:
+def picture_panels(pic: AttentionPicture) -> tuple[str, list[Panel], str]:
     """The model's format name, the panels of ``pic`` (for Index Lookup the index token's row on one
-    input per p = 1..N; otherwise every layer and head on one fixed input) and whether the build is
-    certified in float64 (``params["arithmetics"]``)."""
+    input per p = 1..N; otherwise every layer and head on one fixed input) and what is known of it in
+    float64: "certified" (the certificate proves it there), "sampled" (no certificate covers float64,
+    and it answers :data:`PICTURE_SAMPLES` seeded inputs right there) or ""."""
     model = registry.get(pic.construction).builder(pic.n, **dict(pic.kwargs))
     task = registry.task_of(model)
     fmt = parse_format(model.precision)
@@ -263,10 +277,9 @@ def picture_panels(pic: AttentionPicture) -> tuple[str, list[Panel], bool]:
         rows, cols = [f"p={p}" for p in range(1, n + 1)], [f"s{i}" for i in range(1, n + 1)] + ["p"]
         pick = lambda w: w[:, 0, -1, :]  # noqa: E731
     else:
-        x = [1, -1, 1, 1, 1, -1, -1, 1] if pic.construction == "equality" else [1, 0, 1, 1, 0, 1, 1, 0]
-        tokens = task.encode_batch(model, [x[:n]])
+        tokens = task.encode_batch(model, [list(pic.example)])
         sel = [(l, h, f"layer {l + 1}, head {h + 1}") for l, b in enumerate(model.blocks) for h in range(b.attn.n_heads)]
-        rows = cols = ([] if pic.construction == "equality" else ["BOS"]) + [str(i) for i in range(1, n + 1)]
+        rows = cols = (["BOS"] if task.length(model) == n + 1 else []) + [str(i) for i in range(1, n + 1)]
         pick = None
     exact, _ = exact_attention(model, tokens, fmt)
     flt = float_attention(model, tokens)
@@ -275,7 +288,10 @@ def picture_panels(pic: AttentionPicture) -> tuple[str, list[Panel], bool]:
         e = np.asarray(fmt.to_fraction(pick(exact[l]) if pick else exact[l][0, h]), dtype=object)
         f = pick(flt[l]) if pick else flt[l][0, h]
         panels.append(Panel(title, e.tolist(), f, rows, cols))
-    return fmt.name, panels, "float64" in model.params["arithmetics"].value
+    if verify(model, mode="certify", arithmetic="float64").passed:
+        return fmt.name, panels, "certified"
+    sampled = verify(model, mode="sample", samples=PICTURE_SAMPLES, seed=0, arithmetic="float64").passed
+    return fmt.name, panels, "sampled" if sampled else ""
 
 
 def picture_csv(panels: list[Panel]) -> str:
@@ -297,14 +313,15 @@ def float_target_weight(p: Panel) -> float | None:
     return min(float(p.float64[i, int(np.argmax(exact[i]))]) for i in rows) if rows else None
 
 
-def plot_picture(pic: AttentionPicture, fmt_name: str, panels: list[Panel], path: Path, float64_certified: bool):
+def plot_picture(pic: AttentionPicture, fmt_name: str, panels: list[Panel], path: Path, float64: str):
     """Two rows of heat maps: the exact rounded weights, then the float export's; returns the figure.
     A float panel over one-hot exact rows names the float weight left on the target, and the title
     says why the two differ: the format floors every off-target weight to 0, the real softmax does
-    not (the float model answers right where it is certified in float64)."""
+    not (the float model answers right where it is certified in float64). ``float64``: what
+    :func:`picture_panels` says is known there."""
     k = len(panels)
     width = max(3.4 * k + 1.2, 6.0)
-    fig = _matplotlib_figure(figsize=(width, 7.4), layout="constrained")
+    fig = _matplotlib_figure(figsize=(width, 7.4 if k <= 3 else 9.0), layout="constrained")
     axes = fig.subplots(2, k, squeeze=False)
     for row in range(2):
         for ax, p in zip(axes[row], panels):
@@ -321,7 +338,9 @@ def plot_picture(pic: AttentionPicture, fmt_name: str, panels: list[Panel], path
     fig.colorbar(im, ax=axes.ravel().tolist(), shrink=0.6, label="attention weight")
     why = ("top: the model's fixed-point softmax, which rounds every off-target weight down to 0; bottom: the "
            "float64 export, the real softmax with the same weights, which leaves some weight off target ("
-           + ("certified in float64 too: it answers right" if float64_certified else "not certified in float64")
+           + {"certified": "certified in float64 too: it answers right",
+              "sampled": f"not certified in float64, where it answers {PICTURE_SAMPLES} sampled inputs (seed 0) "
+                         "right"}.get(float64, "not certified in float64")
            + "; docs/sizes.md, Attention patterns)")
     fig.suptitle(pic.title + "\n" + textwrap.fill(why, int(width * 13)), fontsize=8)
     _save(fig, path)
@@ -349,9 +368,9 @@ def generate_figures(out_dir: Path, ns: list[int], provider: SizeProvider | None
         plot_families([(fam, series)], out_dir / f"sizes-{fam}.png")
         written.append(out_dir / f"sizes-{fam}.png")
     for pic in ATTENTION_PICTURES:
-        fmt_name, panels, float64_certified = picture_panels(pic)
+        fmt_name, panels, float64 = picture_panels(pic)
         written.append(_write(out_dir / f"{pic.name}.csv", picture_csv(panels)))
-        plot_picture(pic, fmt_name, panels, out_dir / f"{pic.name}.png", float64_certified)
+        plot_picture(pic, fmt_name, panels, out_dir / f"{pic.name}.png", float64)
         written.append(out_dir / f"{pic.name}.png")
     if doc_path is not None:
         rel = Path(os.path.relpath(out_dir.resolve(), doc_path.resolve().parent)).as_posix()
