@@ -7,7 +7,7 @@
 [Fraction(1, 4), Fraction(25, 16)]
 
 See docs/precision.md for the semantics of every operation. Modules: ``base`` (the Format
-interface, counts, tagging), ``fixed_point`` (FixedPoint), ``floats`` (Float64, Float32),
+interface, counts, tagging), ``fixed_point`` (FixedPoint), ``floats`` (Float64, Float32, BFloat16, Float16, Float8E4M3, Float8E5M2),
 ``parse`` (parse_format), ``_exact`` (exact values of inputs), ``_wide``/``_exp``/``_matmul``
 (exact integer kernels), ``reference`` (slow Fraction-only semantics for the tests).
 """
@@ -15,15 +15,19 @@ interface, counts, tagging), ``fixed_point`` (FixedPoint), ``floats`` (Float64, 
 from .errors import FormatMismatchError, PrecisionError, RawTypeError
 from .base import ACCUMULATE, Counts, Format, RawArray
 from .fixed_point import ROUNDINGS, FixedPoint
-from .floats import Float32, Float64, FloatFormat
+from .floats import BFloat16, Float8E4M3, Float8E5M2, Float16, Float32, Float64, FloatFormat, float_format
 from .parse import parse_format
 from .prepared import Prepared
 
 __all__ = [
     "ACCUMULATE",
     "ROUNDINGS",
+    "BFloat16",
     "Counts",
     "FixedPoint",
+    "Float8E4M3",
+    "Float8E5M2",
+    "Float16",
     "Float32",
     "Float64",
     "FloatFormat",
@@ -33,5 +37,6 @@ __all__ = [
     "Prepared",
     "RawArray",
     "RawTypeError",
+    "float_format",
     "parse_format",
 ]

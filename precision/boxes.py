@@ -25,7 +25,11 @@ from typing import Any
 import numpy as np
 
 from .base import Format
+from .floats import GRIDS, round_via_float32
 from .parse import parse_format
+
+#: the float dtypes a :class:`FloatArithmetic` encloses (precision/floats.py's grids)
+FLOAT_DTYPES = tuple(GRIDS)
 
 
 @dataclass(frozen=True)
@@ -59,6 +63,12 @@ class Box:
     def min_over(self, axis: Any) -> "Box":
         """The hull over ``axis`` (the box containing every slice)."""
         return Box(np.min(self.lo, axis=axis), np.max(self.hi, axis=axis))
+
+
+def _row_counts(counts: np.ndarray, optional: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+    """A row's certain and optional key counts per level, as arrays of one shape."""
+    counts = np.asarray(counts)
+    return counts, np.zeros_like(counts) if optional is None else np.broadcast_to(np.asarray(optional), counts.shape)
 
 
 class Arithmetic:
@@ -208,26 +218,30 @@ class FixedArithmetic(Arithmetic):
         return self.add(self.matmul(x, W), Box(b, b))
 
     # ---- attention rows --------------------------------------------------------------------------
-    def row_weights(self, target: Box, levels: Box, counts: np.ndarray) -> tuple[Box, Box]:
+    def row_weights(self, target: Box, levels: Box, counts: np.ndarray,
+                    optional: np.ndarray | None = None) -> tuple[Box, Box]:
         """Softmax weights of rows given by a target logit and, per level, ``counts`` other keys
-        with logits in ``levels`` ([R] and [R, L] boxes). Requires the target to be the strict row
-        maximum (``target.lo > levels.hi`` wherever counts > 0), so that the forward pass subtracts
-        the target's logit: then every weight is monotone in every logit difference. Returns
-        (target weight [R], weight of each key at each level [R, L]) as boxes."""
-        counts = np.asarray(counts)
-        present = counts > 0
+        with logits in ``levels`` ([R] and [R, L] boxes), and ``optional`` ([R, L], default none)
+        further keys each of which may be absent (a row over any subset of them). Requires the
+        target to be the strict row maximum (``target.lo > levels.hi`` wherever keys may be), so
+        that the forward pass subtracts the target's logit: then every weight is monotone in every
+        logit difference, and a missing key only lowers the sum. Returns (target weight [R], weight
+        of each key at each level [R, L]) as boxes; a level with optional keys has lower bound 0."""
+        counts, optional = _row_counts(counts, optional)
+        present = (counts + optional) > 0
         if np.any(present & ~(np.asarray(target.lo)[:, None] > np.asarray(levels.hi))):
             raise ValueError("row_weights: the target is not the strict maximum of every row")
         zero = np.zeros_like(np.asarray(target.lo))
         d = self.sub(levels, Box(np.asarray(target.lo)[:, None], np.asarray(target.hi)[:, None]))
         e = self.exp(d)
         e0 = self.exp(Box(zero, zero))
-        lo = self.saturate(np.asarray(e0.lo).astype(object) + (np.where(present, e.lo, 0).astype(object) * counts).sum(axis=1))
-        hi = self.saturate(np.asarray(e0.hi).astype(object) + (np.where(present, e.hi, 0).astype(object) * counts).sum(axis=1))
+        lo = self.saturate(np.asarray(e0.lo).astype(object) + (np.where(counts > 0, e.lo, 0).astype(object) * counts).sum(axis=1))
+        hi = self.saturate(np.asarray(e0.hi).astype(object)
+                           + (np.where(present, e.hi, 0).astype(object) * (counts + optional)).sum(axis=1))
         Z = Box(self._arr(lo), self._arr(hi))
         w_t = self.div(e0, Z)
         w_l = self.div(e, Box(np.asarray(Z.lo)[:, None], np.asarray(Z.hi)[:, None]))
-        w_l = Box(np.where(present, w_l.lo, 0), np.where(present, w_l.hi, 0))
+        w_l = Box(np.where(present & (optional == 0), w_l.lo, 0), np.where(present, w_l.hi, 0))
         return w_t, w_l
 
     def uniform_weight(self, T: int) -> Box:
@@ -258,8 +272,8 @@ EXP_ULPS = 4
 
 
 class FloatArithmetic(Arithmetic):
-    """Enclosures of what an IEEE forward pass computes (``dtype`` "float32" or "float64", as torch
-    runs the exported model), or of the exact real forward pass (``dtype=None``).
+    """Enclosures of what a float forward pass computes (``dtype`` one of :data:`FLOAT_DTYPES`, as
+    torch runs the exported model on the CPU), or of the exact real forward pass (``dtype=None``).
 
     Values are float64 arrays; every operation returns a box containing the computed result for
     every input in the operand boxes, whatever the summation order and whether or not products are
@@ -270,26 +284,44 @@ class FloatArithmetic(Arithmetic):
     §3.1), and also ``<= (1 + 2 gamma_n) * (sum |terms| - max |term|)`` (each rounded addition of
     two floats errs by at most the smaller operand; see :meth:`sum`), and exp is within :data:`EXP_ULPS` ulps. The real values themselves are enclosed by
     computing in float64 with the same bounds (u = 2^-53). Weights are the values torch uses: the
-    correctly rounded float64 of the exact weight, then cast to the dtype (``dtype=None``: the exact
-    weight, enclosed with a relative slack of 2^-53 when it is not a float64 value)."""
+    correctly rounded float64 of the exact weight, then converted to the dtype (the reduced dtypes
+    through float32; ``dtype=None``: the exact weight, enclosed with a relative slack of 2^-53 when it
+    is not a float64 value).
+
+    **Storage and accumulation.** For the reduced dtypes (bfloat16, float16, float8) torch's CPU
+    kernels compute in float32 and round each stored tensor once to the dtype: a matrix product or
+    sum accumulates in float32 (``u_acc = 2^-24``) and its result is rounded to the dtype
+    (``u``); a softmax runs in float32 (max, exp, sum, division) and rounds the weights; an
+    elementwise add rounds the float32 result. So ``sum``, ``matmul`` and ``code_logits`` take
+    their summation error with ``u_acc`` and round the result to the dtype, ``row_weights`` and
+    ``uniform_weight`` are float32's rounded to the dtype, and ``add``/``sub``/``mul``/``div``
+    round to the dtype (a float32 result rounded again lies in the same [RD, RU]: the dtype's grid
+    is part of float32's). For float32 and float64 the two are the same."""
 
     exact = False
 
     def __init__(self, dtype: str | None):
-        if dtype not in ("float32", "float64", None):
-            raise ValueError(f"dtype must be 'float32', 'float64' or None (exact reals), got {dtype!r}")
+        if dtype is not None and dtype not in FLOAT_DTYPES:
+            raise ValueError(f"dtype must be one of {', '.join(FLOAT_DTYPES)} or None (exact reals), got {dtype!r}")
         self.dtype = dtype
         self.name = dtype or "real"
-        self.u = {"float32": 2.0**-24, "float64": 2.0**-53, None: 0.0}[dtype]
+        self.grid = GRIDS[dtype] if dtype else None
+        self.acc_grid = GRIDS[self.grid.compute] if dtype else None
+        self.u = self.grid.u if dtype else 0.0
+        self.u_acc = self.acc_grid.u if dtype else 0.0
         self.u64 = 2.0**-53
-        self.tiny = {"float32": 2.0**-149, "float64": 2.0**-1074, None: 0.0}[dtype]
+        self.tiny = self.grid.tiny if dtype else 0.0
+        self.tiny_acc = self.acc_grid.tiny if dtype else 0.0
+        #: the arithmetic of the compute dtype (float32) that softmax rows run in, or None
+        self.inner = FloatArithmetic(self.grid.compute) if dtype and self.grid.compute != dtype else None
         self.min_raw, self.max_raw = -np.inf, np.inf
         self.wide = False
         self.slack = 0.0  # relative enclosure error of the weights (reals: 2^-53 when any is inexact)
 
     # ---- values --------------------------------------------------------------------------------
     def _cast(self, x: np.ndarray) -> np.ndarray:
-        return np.asarray(x, dtype=np.float32).astype(np.float64) if self.dtype == "float32" else np.asarray(x, np.float64)
+        """float64 values as torch holds them in the dtype (float64 results)."""
+        return round_via_float32(x, self.grid) if self.dtype else np.asarray(x, np.float64)
 
     def weight(self, num: np.ndarray, den: int) -> np.ndarray:
         num = np.asarray(num)
@@ -319,36 +351,36 @@ class FloatArithmetic(Arithmetic):
         return np.asarray(x, dtype=np.float64)
 
     # ---- rounding --------------------------------------------------------------------------------
-    def _down(self, x: np.ndarray) -> np.ndarray:
-        """A value <= every rounding of the real numbers >= x (x a float64 lower bound)."""
-        x = np.asarray(x, dtype=np.float64)
-        if self.dtype == "float32":
-            with np.errstate(over="ignore"):  # beyond float32's range: inf, as torch rounds it
-                f = x.astype(np.float32)
-            f = np.where(f.astype(np.float64) > x, np.nextafter(f, np.float32(-np.inf)), f)
-            return f.astype(np.float64)
-        return x
+    def _down(self, x: np.ndarray, acc: bool = False) -> np.ndarray:
+        """A value <= every rounding of the real numbers >= x (x a float64 lower bound) to the
+        dtype's grid (``acc``: the accumulation grid); beyond the range, as the dtype overflows."""
+        grid = self.acc_grid if acc else self.grid
+        return np.asarray(x, np.float64) if grid is None else grid.round(x, "down")
 
-    def _up(self, x: np.ndarray) -> np.ndarray:
-        x = np.asarray(x, dtype=np.float64)
-        if self.dtype == "float32":
-            with np.errstate(over="ignore"):  # beyond float32's range: inf, as torch rounds it
-                f = x.astype(np.float32)
-            f = np.where(f.astype(np.float64) < x, np.nextafter(f, np.float32(np.inf)), f)
-            return f.astype(np.float64)
-        return x
+    def _up(self, x: np.ndarray, acc: bool = False) -> np.ndarray:
+        grid = self.acc_grid if acc else self.grid
+        return np.asarray(x, np.float64) if grid is None else grid.round(x, "up")
 
-    def _out(self, lo: np.ndarray, hi: np.ndarray, zero: Any = False) -> Box:
+    def _out(self, lo: np.ndarray, hi: np.ndarray, zero: Any = False, acc: bool = False) -> Box:
         """A box around one rounded operation whose exact result lies in [lo, hi] (lo, hi computed
-        in float64 with round-to-nearest: widened by one float64 ulp first). Where ``zero`` (a mask)
+        in float64 with round-to-nearest: widened by one float64 ulp first), rounded to the dtype
+        (``acc``: to the accumulation grid). Where ``zero`` (a mask)
         the result is known to be exactly 0 (an operation with an exact-zero operand: x * 0, x + 0
         and a sum of zeros are exact in IEEE arithmetic) and is returned as the point 0."""
         lo = np.nextafter(np.asarray(lo, np.float64), -np.inf)
         hi = np.nextafter(np.asarray(hi, np.float64), np.inf)
-        lo, hi = self._down(lo), self._up(hi)
+        lo, hi = np.where(np.isnan(lo), -np.inf, lo), np.where(np.isnan(hi), np.inf, hi)  # inf - inf: unbounded
+        lo, hi = self._down(lo, acc), self._up(hi, acc)
         if np.any(zero):
             lo, hi = np.where(zero, 0.0, lo), np.where(zero, 0.0, hi)
         return Box(lo, hi)
+
+    def _stored(self, b: Box) -> Box:
+        """A box of values of the accumulation grid, rounded once more to the dtype (the result of a
+        float32 computation stored in a reduced dtype); unchanged for float32, float64 and reals."""
+        if self.inner is None:
+            return b
+        return Box(self._down(b.lo), self._up(b.hi))
 
     @staticmethod
     def _is_zero(a: Box) -> np.ndarray:
@@ -377,15 +409,21 @@ class FloatArithmetic(Arithmetic):
         return Box(np.maximum(a.lo, 0.0), np.maximum(a.hi, 0.0))
 
     def _corners(self, a: Box, b: Box, op) -> tuple[np.ndarray, np.ndarray]:
-        c = [op(np.asarray(x, np.float64), np.asarray(y, np.float64)) for x in (a.lo, a.hi) for y in (b.lo, b.hi)]
+        """The smallest and largest of op at the four corners; 0 * inf is 0 (an unbounded side is a
+        bound on finite values, and a finite value times 0 is 0)."""
+        with np.errstate(invalid="ignore"):
+            c = [np.nan_to_num(op(np.asarray(x, np.float64), np.asarray(y, np.float64)), nan=0.0, posinf=np.inf,
+                               neginf=-np.inf) for x in (a.lo, a.hi) for y in (b.lo, b.hi)]
         return np.minimum(np.minimum(c[0], c[1]), np.minimum(c[2], c[3])), np.maximum(np.maximum(c[0], c[1]), np.maximum(c[2], c[3]))
 
-    def mul(self, a: Box, b: Box) -> Box:
+    def mul(self, a: Box, b: Box, acc: bool = False) -> Box:
+        """Rounded products (``acc``: rounded to the accumulation grid, as the products inside a
+        matrix product are; exact there for the reduced dtypes' operands)."""
         lo, hi = self._corners(a, b, np.multiply)
         if self.slack:
             m = np.maximum(np.abs(lo), np.abs(hi)) * self.slack
             lo, hi = lo - m, hi + m
-        return self._out(lo, hi, self._is_zero(a) | self._is_zero(b))
+        return self._out(lo, hi, self._is_zero(a) | self._is_zero(b), acc)
 
     def div(self, a: Box, b: Box) -> Box:
         if np.any(np.asarray(b.lo) <= 0):
@@ -394,6 +432,9 @@ class FloatArithmetic(Arithmetic):
         return self._out(lo, hi)
 
     def exp(self, a: Box) -> Box:
+        """exp within EXP_ULPS ulps (reduced dtypes: float32's exp, rounded to the dtype)."""
+        if self.inner is not None:
+            return self._stored(self.inner.exp(a))
         rel = (2 ** (EXP_ULPS + 1)) * max(self.u, self.u64) if self.dtype else 4 * self.u64
         lo = np.exp(np.asarray(a.lo, np.float64)) * (1 - rel)
         hi = np.exp(np.asarray(a.hi, np.float64)) * (1 + rel)
@@ -402,7 +443,9 @@ class FloatArithmetic(Arithmetic):
     def sum(self, terms: Box, axis: int = -1, counts: np.ndarray | None = None) -> Box:
         """A sum of (already rounded) terms, each taken ``counts`` times, in any order: the exact
         sum's enclosure widened by gamma_n * sum |terms|, n the number of terms that are not exactly
-        0 (adding an exact 0 is exact, so only the other terms' additions round; a sum of zeros is 0)."""
+        0 (adding an exact 0 is exact, so only the other terms' additions round; a sum of zeros is 0).
+        The sum accumulates with ``u_acc`` (float32 for the reduced dtypes) and is then rounded to
+        the dtype."""
         lo, hi = np.asarray(terms.lo, np.float64), np.asarray(terms.hi, np.float64)
         c = np.ones(1) if counts is None else np.asarray(counts, dtype=np.float64)
         shape = np.broadcast_shapes(lo.shape, c.shape)
@@ -417,10 +460,10 @@ class FloatArithmetic(Arithmetic):
         # the sum of the terms other than the largest (a softmax normaliser 1 + tiny terms: ~ the tiny sum)
         least = np.where(lo > 0, lo, np.where(hi < 0, -hi, 0.0))
         big = np.max(np.where(c > 0, least, 0.0), axis=axis)
-        g = self._gamma(n, self.u)
+        g = self._gamma(n, self.u_acc)
         with np.errstate(over="ignore", invalid="ignore"):  # n u >= 1: no bound (inf / nan), read as such
             rounding = np.minimum(g * mag, (1 + 2 * g) * np.maximum(mag - big, 0.0))
-        err = rounding + self._gamma(n + 1, self.u64) * mag + n * self.tiny
+        err = rounding + self._gamma(n + 1, self.u64) * mag + n * self.tiny_acc
         return self._out(slo - err, shi + err, n == 0)
 
     def matmul(self, x: Box, W: np.ndarray) -> Box:
@@ -435,7 +478,7 @@ class FloatArithmetic(Arithmetic):
             z = np.zeros(lead + (m,))
             return Box(z, z)
         lo, hi = np.asarray(x.lo)[..., rows, None], np.asarray(x.hi)[..., rows, None]
-        p = self.mul(Box(lo, hi), Box.point(W[rows]))
+        p = self.mul(Box(lo, hi), Box.point(W[rows]), acc=True)
         return self.sum(p, axis=-2, counts=None)
 
     def affine(self, x: Box, W: np.ndarray, b: np.ndarray) -> Box:
@@ -443,20 +486,28 @@ class FloatArithmetic(Arithmetic):
         return self.add(self.matmul(x, W), Box(b, b))
 
     # ---- attention rows --------------------------------------------------------------------------
-    def row_weights(self, target: Box, levels: Box, counts: np.ndarray) -> tuple[Box, Box]:
+    def row_weights(self, target: Box, levels: Box, counts: np.ndarray,
+                    optional: np.ndarray | None = None) -> tuple[Box, Box]:
         """As :meth:`FixedArithmetic.row_weights`, for torch's softmax: m = max (the target),
-        e_j = exp(l_j - m) rounded, Z = sum e (any order), w_j = e_j / Z rounded."""
-        counts = np.asarray(counts)
-        present = counts > 0
+        e_j = exp(l_j - m) rounded, Z = sum e (any order), w_j = e_j / Z rounded; an optional key's
+        term lies in [0, e_j] (absent, or present). Reduced dtypes: all of it in float32 (torch's CPU
+        softmax kernel), the weights rounded to the dtype."""
+        if self.inner is not None:
+            w_t, w_l = self.inner.row_weights(target, levels, counts, optional)
+            return self._stored(w_t), self._stored(w_l)
+        counts, optional = _row_counts(counts, optional)
+        present = (counts + optional) > 0
         if np.any(present & ~(np.asarray(target.lo)[:, None] > np.asarray(levels.hi))):
             raise ValueError("row_weights: the target is not the strict maximum of every row")
         d = self.sub(levels, Box(np.asarray(target.hi)[:, None], np.asarray(target.lo)[:, None]))
         d = Box(np.minimum(d.lo, 0.0), np.minimum(d.hi, 0.0))  # l_j - m <= 0 and it rounds to <= 0
         e = self.exp(d)
-        e = Box(np.where(present, e.lo, 0.0), np.where(present, e.hi, 0.0))
         one = np.ones(counts.shape[0])
-        terms = Box(np.concatenate([one[:, None], e.lo], axis=1), np.concatenate([one[:, None], e.hi], axis=1))
-        Z = self.sum(terms, axis=1, counts=np.concatenate([one[:, None], counts], axis=1))
+        held, maybe = np.where(counts > 0, e.hi, 0.0), np.where(optional > 0, e.hi, 0.0)
+        terms = Box(np.concatenate([one[:, None], np.where(counts > 0, e.lo, 0.0), np.zeros_like(maybe)], axis=1),
+                    np.concatenate([one[:, None], held, maybe], axis=1))
+        Z = self.sum(terms, axis=1, counts=np.concatenate([one[:, None], counts, optional], axis=1))
+        e = Box(np.where(present & (optional == 0), e.lo, 0.0), np.where(present, e.hi, 0.0))
         if not np.all(np.asarray(Z.lo) > 0):  # the a-priori summation bound is vacuous (n u >= 1)
             return Box(np.zeros_like(one), one), Box(np.zeros(present.shape), present.astype(np.float64))
         # torch divides by Z, or multiplies by a rounded 1/Z (its vectorised CPU kernel): two roundings
@@ -466,30 +517,33 @@ class FloatArithmetic(Arithmetic):
         return Box(np.minimum(w_t.lo, 1.0), np.minimum(w_t.hi, 1.0)), Box(np.where(present, w_l.lo, 0.0), np.where(present, w_l.hi, 0.0))
 
     def uniform_weight(self, T: int) -> Box:
-        """A row of T equal logits: e = exp(0) = 1, Z = T (exact while T < 2^24 for float32), w = 1/T."""
+        """A row of T equal logits: e = exp(0) = 1, Z = T (exact while T < 2^24 for float32), w = 1/T
+        (reduced dtypes: float32's, rounded to the dtype)."""
+        if self.inner is not None:
+            return self._stored(self.inner.uniform_weight(T))
         return self.div(Box.point(np.array(1.0)), Box.point(np.array(float(T))))
 
     def code_logits(self, P: Box, I: np.ndarray, c: Box, k: int, n_dims: int) -> Box:
         """Logits sum_d q_d k_d over n_dims head dims, k of which contribute +-P and the rest c in
-        total: the real value P * I + c, and the rounding of a dot product of n_dims terms, plus 4u
-        relative for TransformerLens' bridge (it multiplies W_Q by sqrt(d_head), rounded, and divides
-        the scores by it again)."""
+        total: the real value P * I + c, and the rounding of a dot product of n_dims terms (accumulated
+        with ``u_acc``, then rounded to the dtype), plus 4u relative for TransformerLens' bridge (it
+        multiplies W_Q by sqrt(d_head), rounded, and divides the scores by it again)."""
         I = np.asarray(I, dtype=np.float64)
         lo, hi = self._corners(Box(P.lo, P.hi), Box(I, I), np.multiply)
         mag = k * max(abs(float(np.asarray(P.lo))), abs(float(np.asarray(P.hi)))) + \
             max(abs(float(np.asarray(c.lo))), abs(float(np.asarray(c.hi))))
-        err = (self._gamma(n_dims, self.u) + self._gamma(n_dims + 2, self.u64) + 4 * self.u) * mag + n_dims * self.tiny
+        err = (self._gamma(n_dims, self.u_acc) + self._gamma(n_dims + 2, self.u64) + 4 * self.u) * mag + n_dims * self.tiny_acc
         return self._out(lo + float(np.asarray(c.lo)) - err, hi + float(np.asarray(c.hi)) + err)
 
 
 def arithmetic(name: str, fmt: Format | None = None) -> Arithmetic:
-    """"fixed" (the fixed-point format ``fmt``), "real", "float64" or "float32"."""
+    """"fixed" (the fixed-point format ``fmt``), "real", or a float dtype of :data:`FLOAT_DTYPES`."""
     if name == "fixed":
         if fmt is None or not fmt.is_exact:
             raise ValueError("the fixed arithmetic needs a fixed-point format")
         return FixedArithmetic(fmt)
-    if name in ("float32", "float64"):
+    if name in FLOAT_DTYPES:
         return FloatArithmetic(name)
     if name == "real":
         return FloatArithmetic(None)
-    raise ValueError(f"arithmetic must be one of fixed, real, float64, float32; got {name!r}")
+    raise ValueError(f"arithmetic must be one of fixed, real, {', '.join(FLOAT_DTYPES)}; got {name!r}")

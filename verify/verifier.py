@@ -26,7 +26,7 @@ import numpy as np
 from exactformer.constructions.core import registry
 from exactformer.constructions.core.ir import CompiledModel, IRError
 from exactformer.constructions.core.task import EXHAUSTIVE_LIMIT, MODES, Batch, Task, count_log2, format_count, inputs_phrase
-from exactformer.precision import Format, parse_format
+from exactformer.precision import Format, float_format, parse_format
 from exactformer.verify.certify.composed import certify
 from exactformer.verify.executor.exact import run
 
@@ -107,17 +107,24 @@ def _base(model: CompiledModel, fmt: Format, mode: str, seed: int | None) -> dic
                 heads=model.n_heads, width=model.width, size_bits=model.size_bits(bits))
 
 
-ARITHMETICS = ("fixed", "real", "float64", "float32")
+#: the float dtypes torch runs the exported model in (and the certificates enclose, precision/boxes.py)
+FLOAT_DTYPES = ("float64", "float32", "bfloat16", "float16")
+ARITHMETICS = ("fixed", "real") + FLOAT_DTYPES
+
+
+def arithmetic_bits(arithmetic: str) -> int:
+    """Bits of one number in a float arithmetic (64 for the exact reals, run in float64)."""
+    return float_format(arithmetic).bits if arithmetic in FLOAT_DTYPES else 64
 
 
 def _runner(fmt: Format, arithmetic: str, device: str) -> Callable[[CompiledModel, np.ndarray], Any]:
     """How inputs are run: the exact executor under ``fmt`` ("fixed"), or the exported torch module
-    in float64 / float32 (the real arithmetic's closest runnable arithmetic is float64)."""
+    in a float dtype on the CPU (the real arithmetic's closest runnable arithmetic is float64)."""
     if arithmetic == "fixed":
         return lambda model, tokens: run(model, tokens, fmt, device=device)
     from exactformer.verify.executor.torch_run import run_torch  # torch is imported here, when a float run is asked for
 
-    dtype = "float32" if arithmetic == "float32" else "float64"
+    dtype = arithmetic if arithmetic in FLOAT_DTYPES else "float64"
     return lambda model, tokens: run_torch(model, tokens, dtype)
 
 
@@ -309,9 +316,10 @@ def verify(model: Any, mode: str | None = None, fmt: Format | str | None = None,
     many adversarial ones, see the task); a mode the construction does not declare is refused.
     None (the default): the strongest mode it has (:func:`choose_mode`), and the report's
     ``mode_reason`` says why. ``samples`` and ``seed`` apply to sample mode only.
-    ``arithmetic``: "fixed" (the exact executor under ``fmt``), or "float32" / "float64" / "real":
-    the model as torch runs its exported weights (certificates: rigorous float error bounds;
-    sampling and exhaustive: the torch module itself). ``device``: cpu or cuda.
+    ``arithmetic``: "fixed" (the exact executor under ``fmt``), "real", or a float dtype of
+    :data:`FLOAT_DTYPES` (float64, float32, bfloat16, float16): the model as torch runs its exported
+    weights on the CPU (certificates: rigorous float error bounds, docs/precision.md "Float
+    arithmetics"; sampling and exhaustive: the torch module itself). ``device``: cpu or cuda.
     ``progress(n)`` is called with the inputs done per batch, ``phase(name)`` with each
     certificate step. Every bad argument raises :class:`VerifyError` naming it."""
     model = check_model(model)
@@ -329,7 +337,7 @@ def verify(model: Any, mode: str | None = None, fmt: Format | str | None = None,
     t0 = time.perf_counter()
     base = _base(model, fmt, mode, seed if mode == "sample" else None) | extra
     if arithmetic != "fixed":
-        base["precision"], base["precision_bits"] = arithmetic, {"float32": 32}.get(arithmetic, 64)
+        base["precision"], base["precision_bits"] = arithmetic, arithmetic_bits(arithmetic)
     elif not fmt.is_exact:
         arithmetic = fmt.name  # a float format given as fmt: the same as that arithmetic
     try:

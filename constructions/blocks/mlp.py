@@ -187,9 +187,12 @@ def _float_column(arith: Any, x: Box, parts: list, sign: np.ndarray, b_in: np.nd
     P*_g = x . w_g (each computed separately, so each within e_P of it); the real part
     sum_u w_u relu(s_u P + b_u) is piecewise linear with kinks at -s_u b_u, so its range over P*_g's
     real range lies at the ends and kinks; the computed column differs from the real one by at most
-    E = sum_u |w_u| (e_P + u |P + b_u|)(1 + gamma_U) + gamma_U sum_u |w_u| |P + b_u| + u (|f| + |b_out|)."""
+    E = sum_u |w_u| (e_P + u (|P + b_u| + e_P))(1 + gamma_U) + gamma_U sum_u |w_u| |P + b_u| + u (|f| + |b_out|).
+    Reduced dtypes (``arith.inner``: products accumulated with u_acc, each matrix product's result
+    rounded to the dtype): e_P gains u (|P| + e_P) and the second product's result one more rounding."""
     real = FloatArithmetic(None)
     u = max(arith.u, arith.u64)
+    reduced = getattr(arith, "inner", None) is not None
     n = np.asarray(x.lo).shape[-1]
     f_lo = f_hi = 0.0
     err = 0.0
@@ -199,8 +202,10 @@ def _float_column(arith: Any, x: Box, parts: list, sign: np.ndarray, b_in: np.nd
         prods = real.mul(Box(np.asarray(x.lo)[..., :, None], np.asarray(x.hi)[..., :, None]),
                          Box.point(np.asarray(w_vec, dtype=np.float64)[:, None]))
         P = real.sum(prods, axis=-2)
-        e_P = (arith._gamma(n, arith.u) if arith.u else 0.0) * np.sum(np.maximum(np.abs(prods.lo), np.abs(prods.hi)), axis=-2)[..., 0]
+        e_P = (arith._gamma(n, arith.u_acc) if arith.u_acc else 0.0) * np.sum(np.maximum(np.abs(prods.lo), np.abs(prods.hi)), axis=-2)[..., 0]
         Plo, Phi = np.asarray(P.lo)[..., 0], np.asarray(P.hi)[..., 0]
+        if reduced:  # x @ W_in is stored in the dtype before b_in is added
+            e_P = e_P + u * (np.maximum(np.abs(Plo), np.abs(Phi)) + e_P)
         sg = sign[gu].astype(np.float64)
         b = np.asarray(b_in, dtype=np.float64)[gu]
         w = np.asarray(w_out, dtype=np.float64)[gu]
@@ -208,11 +213,18 @@ def _float_column(arith: Any, x: Box, parts: list, sign: np.ndarray, b_in: np.nd
         f = np.sum(np.maximum(C[..., None] * sg + b, 0.0) * w, axis=-1)
         f_lo, f_hi = f_lo + np.min(f, axis=-1), f_hi + np.max(f, axis=-1)
         pmax = np.maximum(np.abs(Plo), np.abs(Phi))[..., None] + np.abs(b)
-        err = err + np.sum(np.abs(w) * (e_P[..., None] + u * pmax), axis=-1)
+        err = err + np.sum(np.abs(w) * (e_P[..., None] + u * (pmax + e_P[..., None])), axis=-1)
         mags.append(np.sum(np.abs(w) * pmax, axis=-1))
         all_units += len(gu)
-    g = arith._gamma(all_units + 1, u)
     mag = sum(mags)
     fmax = np.maximum(np.abs(f_lo), np.abs(f_hi))
-    E = err * (1 + g) + g * mag + u * (fmax + abs(float(b_out))) + 4 * np.spacing(fmax + 1.0) + all_units * arith.tiny
+    if reduced:  # accumulated in float32, stored in the dtype, then b_out added and stored again
+        g = arith._gamma(all_units, max(arith.u_acc, arith.u64))
+        E = err * (1 + g) + g * mag
+        E = E + u * (fmax + E)
+        E = E + u * (fmax + E + abs(float(b_out)))
+        E = E + 4 * np.spacing(fmax + 1.0) + all_units * arith.tiny_acc
+    else:
+        g = arith._gamma(all_units + 1, u)
+        E = err * (1 + g) + g * mag + u * (fmax + abs(float(b_out))) + 4 * np.spacing(fmax + 1.0) + all_units * arith.tiny
     return Box(f_lo + float(b_out) - E, f_hi + float(b_out) + E)

@@ -8,6 +8,11 @@ Both searches evaluate the conditions with the formats' own exact operations:
 * :func:`fewest_bits`: the binary fixed-point format with the fewest bits for which a check
   succeeds (ties: the smallest value the check returns, then the fewest fraction bits). Passing is
   not monotone in the number of bits at very low precision, so every split of each total is tried.
+
+Robust designs check the conditions in float arithmetics too: by default :data:`FLOAT_ARITHMETICS`
+with :data:`FLOAT_FALLBACKS`; a builder's ``arithmetics`` argument (:func:`design_arithmetics`)
+names exactly the ones to check, and a design that no format allows is refused with the largest
+power-of-two N at which one does (:func:`refused`).
 """
 
 from __future__ import annotations
@@ -20,7 +25,9 @@ from exactformer.precision.boxes import Arithmetic, FixedArithmetic, FloatArithm
 
 #: the arithmetics a robust build is designed for besides its fixed-point format
 FLOAT_ARITHMETICS = ("real", "float64", "float32")
-_FLOATS = {name: FloatArithmetic(None if name == "real" else name) for name in FLOAT_ARITHMETICS}
+#: every arithmetic a design can check: a builder's ``arithmetics`` argument names some of them
+DESIGN_ARITHMETICS = ("real", "float64", "float32", "float16", "bfloat16", "float8_e5m2", "float8_e4m3")
+_FLOATS = {name: FloatArithmetic(None if name == "real" else name) for name in DESIGN_ARITHMETICS}
 
 
 #: a robust build's float arithmetics, then the fallbacks when no format up to 48 bits allows them
@@ -30,10 +37,55 @@ FLOAT_FALLBACKS = (FLOAT_ARITHMETICS, ("real", "float64"), ("real",), ())
 
 def float_set(robust: bool | tuple[str, ...]) -> tuple[str, ...]:
     """The float arithmetics a build is checked in: True -> all of FLOAT_ARITHMETICS, False -> none,
-    or a sub-tuple of them (a robust build that had to drop float32, say)."""
+    or a tuple of DESIGN_ARITHMETICS (a robust build that had to drop float32, say, or the
+    ``arithmetics`` a builder was given), in DESIGN_ARITHMETICS' order."""
     if isinstance(robust, bool):
         return FLOAT_ARITHMETICS if robust else ()
-    return tuple(a for a in FLOAT_ARITHMETICS if a in robust)
+    return tuple(a for a in DESIGN_ARITHMETICS if a in robust)
+
+
+def design_arithmetics(value: str | tuple[str, ...] | list[str] | None, err: type[Exception]) -> tuple[str, ...] | None:
+    """A builder's ``arithmetics`` argument: None (the default robust design), or the float
+    arithmetics to design for, as a tuple or list of names or as text ``"bfloat16,float16"``; each a
+    name of DESIGN_ARITHMETICS (``err`` naming the parameter and the allowed names otherwise)."""
+    if value is None:
+        return None
+    names = [v.strip() for v in value.split(",")] if isinstance(value, str) else list(value)
+    bad = [v for v in names if v not in DESIGN_ARITHMETICS]
+    if not names or bad or not all(isinstance(v, str) for v in names):
+        raise err(f"arithmetics must be a comma list of {', '.join(DESIGN_ARITHMETICS)}, got {value!r}")
+    return float_set(tuple(names))
+
+
+def fallbacks(arithmetics: tuple[str, ...] | None) -> tuple[tuple[str, ...], ...]:
+    """What a robust design tries, in order: :data:`FLOAT_FALLBACKS` by default, exactly the given
+    ``arithmetics`` (from :func:`design_arithmetics`) otherwise."""
+    return FLOAT_FALLBACKS if arithmetics is None else (arithmetics,)
+
+
+def largest_n(works: Callable[[int], bool], n: int) -> int | None:
+    """The largest power of two N' < ``n`` (N' >= 2) for which ``works(N')`` (a design that gets
+    harder with N: bisection over the exponent), or None when not even N' = 2 works."""
+    hi = (n - 1).bit_length() - 1  # the largest exponent with 2^hi < n
+    if hi < 1 or not works(2):
+        return None
+    lo = 1
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if works(1 << mid):
+            lo = mid
+        else:
+            hi = mid - 1
+    return 1 << lo
+
+
+def refused(arithmetics: tuple[str, ...], n: int, works: Callable[[int], bool], what: str) -> str:
+    """The refusal of a design for ``arithmetics`` at N = ``n`` that no format allows: ``what``
+    failed, and the largest power-of-two N at which a format does (``works``)."""
+    found = largest_n(works, n)
+    return (f"arithmetics {', '.join(arithmetics)}: {what} at N = {n}; "
+            + (f"the largest power of two N at which a format allows them is {found}" if found
+               else "no N >= 2 allows them"))
 
 
 def arithmetics_for(fmt: Format, robust: bool | tuple[str, ...]) -> list[Arithmetic]:
@@ -49,7 +101,7 @@ def designed_for(fmt: Format, robust: bool | tuple[str, ...]) -> list[str]:
 
 
 def float_arithmetic(name: str) -> FloatArithmetic:
-    """The :class:`FloatArithmetic` of a name in FLOAT_ARITHMETICS."""
+    """The :class:`FloatArithmetic` of a name in DESIGN_ARITHMETICS."""
     return _FLOATS[name]
 
 

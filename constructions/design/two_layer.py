@@ -16,16 +16,16 @@ from __future__ import annotations
 
 import math
 from fractions import Fraction
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
 from exactformer.constructions.blocks.retrieve import RetrieveByPosition
 from exactformer.constructions.codes.positions import position_codes
 from exactformer.constructions.core.ir import Param
-from exactformer.constructions.design.precision_search import (FLOAT_FALLBACKS, arithmetics_for, designed_for, fewest_bits,
-                                                        float_arithmetic, float_set, given_eta, smallest_grid_eta,
-                                                        smallest_works)
+from exactformer.constructions.design.precision_search import (FLOAT_FALLBACKS, arithmetics_for, designed_for, fallbacks,
+                                                        fewest_bits, float_arithmetic, float_set, given_eta,
+                                                        largest_n, smallest_grid_eta, smallest_works)
 from exactformer.precision import FixedPoint, Format, parse_format
 from exactformer.precision.boxes import Box, FixedArithmetic
 
@@ -151,20 +151,26 @@ def average_ok(fmt: Format, T: int, b: int, saturation: bool, robust: bool | tup
 
 
 def resolve(n: int, T: int, gram: Fraction, mu: Fraction, eta: Any, precision: Any, tol: Fraction,
-            offset: Fraction, b: int, err: type[Exception]) -> tuple[Format, Fraction, dict[str, Any]]:
+            offset: Fraction, b: int, err: type[Exception], arithmetics: tuple[str, ...] | None = None,
+            smaller: Callable[[int], tuple[int, Fraction, Fraction, int]] | None = None) -> tuple[Format, Fraction, dict[str, Any]]:
     """The format, eta and the formulas behind them (see the module docstring). ``eta``: None or
     "robust" / "one-hot" (the default: every worst-case row exactly one-hot in the format, within
     the float tolerance in exact reals, float64 and float32 -- dropping float32, then float64, when
     no format up to 48 bits allows them, said in ``notes["floats_dropped"]``), "threshold" (within
     the tolerance everywhere), "minimal" (one-hot in the format only: fixed-point only), or a
     number > 0; ``precision``: None, a Format or a format string. ``notes["robust"]`` is the tuple
-    of float arithmetics checked."""
-    mode, want = "one-hot", FLOAT_FALLBACKS
+    of float arithmetics checked. ``arithmetics`` (from
+    :func:`~exactformer.constructions.design.precision_search.design_arithmetics`): exactly these
+    instead of the fallbacks, refused when no format allows them, with the largest power-of-two N
+    that works where ``smaller(N')`` gives the design's (T, gram, mu, b) at a smaller N'."""
+    mode, want = "one-hot", fallbacks(arithmetics)
     if isinstance(eta, str):
         if eta not in MODES + ("robust", "minimal"):
             raise err(f"eta must be 'robust', 'one-hot', 'threshold', 'minimal' or a number > 0, got {eta!r}")
+        if eta == "minimal" and arithmetics is not None:
+            raise err("arithmetics: not with eta minimal (a fixed-point-only design)")
         mode = "threshold" if eta == "threshold" else "one-hot"
-        want, eta = (FLOAT_FALLBACKS if eta != "minimal" else ((),)), None
+        want, eta = (want if eta != "minimal" else ((),)), None
     if isinstance(precision, str):
         precision = parse_format(precision)
     tol_f = float_tolerance(tol, b)
@@ -183,6 +189,9 @@ def resolve(n: int, T: int, gram: Fraction, mu: Fraction, eta: Any, precision: A
         c_ideal = 1 << (T.bit_length() - 1)
         if floats and not _float_count_ok(floats, T, b, c_ideal, Fraction((2 * b + 1) * c_ideal, 2 * T),
                                           float_tolerance(tol, b) / tol):
+            if arithmetics is not None:  # asked for: no fallback
+                raise err(_refusal(arithmetics, n, f"no threshold separates b = {b} from {b + 1} counted features "
+                                                   f"over T = {T} positions there", smaller, mode, tol, offset, err))
             dropped.append(floats[-1])  # even the ideal threshold fails there: no format can help
             continue
         check = checker(floats)
@@ -202,9 +211,12 @@ def resolve(n: int, T: int, gram: Fraction, mu: Fraction, eta: Any, precision: A
                               f"for T={T}, Gram scale {gram}, mu={mu}" + (f" (and within {tol_f} in "
                               + ", ".join(floats) + ")" if floats else "") + f"; {smallest_works(check, err)}")
             break
-        except err:
+        except err as e:
+            if arithmetics is not None and precision is None:
+                raise err(_refusal(arithmetics, n, "no binary format up to 48 bits meets the conditions", smaller, mode,
+                                   tol, offset, err)) from None
             if floats == want[-1]:
-                raise
+                raise e
             dropped.append(floats[-1])
     precision = fmt
     notes["robust"] = floats
@@ -220,12 +232,19 @@ def resolve(n: int, T: int, gram: Fraction, mu: Fraction, eta: Any, precision: A
     if eta is not None:
         eta = given_eta(eta, err)
         notes["eta"] = "given"
+        if arithmetics is not None and precision.is_exact and not _row_ok(precision, eta, mu, T, "threshold", tol,
+                                                                          arithmetics, gram, offset, tol_f):
+            least = smallest_eta(precision, gram, mu, T, "threshold", tol, offset, arithmetics, tol_f)
+            raise err(f"arithmetics {', '.join(arithmetics)}: eta = {eta} leaves the first layer's worst-case row "
+                      f"outside {tol_f} there in {precision.name}; "
+                      + (f"the smallest eta that works is {least}" if least is not None else "no eta in range works"))
         return precision, eta, notes
     if not precision.is_exact:
+        checked = FLOAT_FALLBACKS[0] if arithmetics is None else arithmetics
         e = smallest_grid_eta(FixedPoint.binary(16, 16), Fraction(1, 4),
-                              lambda x: _row_ok(FixedPoint.binary(16, 16), x, mu, T, "threshold", tol, FLOAT_FALLBACKS[0],
+                              lambda x: _row_ok(FixedPoint.binary(16, 16), x, mu, T, "threshold", tol, checked,
                                                 gram, offset, tol_f))
-        notes["eta"] = f"smallest multiple of 1/4 within {tol_f} in exact reals, float64 and float32"
+        notes["eta"] = f"smallest multiple of 1/4 within {tol_f} in {', '.join(checked)}"
         return precision, e if e is not None else Fraction(math.ceil(paper_eta(n, 1.0) * 4), 4), notes
     notes["eta"] = ("smallest multiple of step/gram with every worst-case row (all others at mu) "
                     + ("exactly one-hot: e(-eta(1-mu)) rounds to 0" if mode == "one-hot"
@@ -234,6 +253,27 @@ def resolve(n: int, T: int, gram: Fraction, mu: Fraction, eta: Any, precision: A
                        else " (fixed-point only: minimal)"))
     return precision, auto, notes
 
+
+
+def _refusal(arithmetics: tuple[str, ...], n: int, what: str, smaller: Any, mode: str, tol: Fraction,
+             offset: Fraction, err: type[Exception]) -> str:
+    """Why a design for ``arithmetics`` is refused at N = ``n``, with the largest power-of-two N at
+    which it holds when ``smaller`` gives the design's inputs there."""
+    head = f"arithmetics {', '.join(arithmetics)}: {what} at N = {n}"
+    if smaller is None:
+        return head
+
+    def works(n2: int) -> bool:
+        T2, gram2, mu2, b2 = smaller(n2)
+        try:
+            resolve(n2, T2, gram2, mu2, mode, None, tol, offset, b2, err, arithmetics)
+        except err:
+            return False
+        return True
+
+    found = largest_n(works, n)
+    return head + ("; the largest power of two N at which a format allows them is " + str(found) if found
+                   else "; no N >= 2 allows them")
 
 
 def arithmetics_param(fmt: Format, notes: dict[str, Any]) -> Param:

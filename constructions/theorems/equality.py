@@ -39,6 +39,7 @@ from exactformer.constructions.core.registry import Claim, SizeRows, constructio
 from exactformer.constructions.core.task import TaskError
 from exactformer.constructions.design.two_layer import (arithmetics_param, code_for, etas_by_mode, kc_equivalent, paper_eta,
                                                         readout, resolve)
+from exactformer.constructions.design.precision_search import design_arithmetics
 from exactformer.precision import Format
 
 THEOREM = "Thm 6 (App. F.2), Bhattamishra et al. 2024"
@@ -52,13 +53,21 @@ class EqualityError(TaskError):
     """Bad parameters for :func:`equality` / :func:`inequality`."""
 
 
-def _build(n: int, positions: Any, eta: Any, precision: Any, max_inner: Fraction, seed: int, ineq: bool) -> CompiledModel:
+def _build(n: int, positions: Any, eta: Any, precision: Any, max_inner: Fraction, seed: int, ineq: bool,
+           arithmetics: Any) -> CompiledModel:
     if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or not 2 <= n <= MAX_N or n % 2:
         raise EqualityError(f"n must be an even integer in [2, 2^24], got {n!r}")
     n, h = int(n), int(n) // 2
     code, mu = code_for(n, positions, max_inner, seed, EqualityError)
     k, gram = int(code.k), Fraction(code.gram_scale)
-    fmt, eta, notes = resolve(n, n, gram, mu, eta, precision, XorMLP.TOLERANCE, KEY_OFFSET, 0, EqualityError)
+    asked = design_arithmetics(arithmetics, EqualityError)
+
+    def smaller(n2: int) -> tuple[int, Fraction, Fraction, int]:  # the design's inputs at a smaller N
+        c2, mu2 = code_for(n2, positions if isinstance(positions, str) else "auto", max_inner, seed, EqualityError)
+        return n2, Fraction(c2.gram_scale), mu2, 0
+
+    fmt, eta, notes = resolve(n, n, gram, mu, eta, precision, XorMLP.TOLERANCE, KEY_OFFSET, 0, EqualityError, asked,
+                              smaller)
     a, c, l0 = readout(fmt, n, 0, notes["robust"])
 
     L = Layout()
@@ -114,7 +123,8 @@ def _build(n: int, positions: Any, eta: Any, precision: Any, max_inner: Fraction
 @construction("equality", task=EqualityTask(complement=False), theorem=THEOREM, claim=CLAIM,
               sizes=SizeRows("equality", max_n=1 << 24))
 def equality(n: int, positions: str = "auto", eta: Fraction | str | None = None, precision: Format | str | None = None,
-             max_inner: Fraction = Fraction(1, 4), seed: int = 0) -> CompiledModel:
+             max_inner: Fraction = Fraction(1, 4), seed: int = 0,
+             arithmetics: str | tuple[str, ...] | None = None) -> CompiledModel:
     """Theorem 6's two-layer Equality transformer: EQ(x) for x in {-1, 1}^N.
 
     Parameters
@@ -129,14 +139,20 @@ def equality(n: int, positions: str = "auto", eta: Fraction | str | None = None,
         that satisfies the sufficient condition.
     max_inner : the position code's largest inner product mu, in (0, 1).
     seed : seed of a random position code.
+    arithmetics : a comma list of real, float64, float32, float16, bfloat16, float8_e5m2,
+        float8_e4m3 (Python: also a tuple). The float arithmetics the robust design checks besides
+        the format. Default: real, float64, float32, dropping float32, then float64, where no format
+        up to 48 bits allows them; given: exactly these, refused with the largest N at which a format
+        allows them (or, for a given eta, the smallest eta that works).
     """
-    return _build(n, positions, eta, precision, max_inner, seed, ineq=False)
+    return _build(n, positions, eta, precision, max_inner, seed, False, arithmetics)
 
 
 @construction("inequality", task=EqualityTask(complement=True), theorem=THEOREM, claim=CLAIM,
               sizes=SizeRows("equality", max_n=1 << 24))
 def inequality(n: int, positions: str = "auto", eta: Fraction | str | None = None, precision: Format | str | None = None,
-               max_inner: Fraction = Fraction(1, 4), seed: int = 0) -> CompiledModel:
+               max_inner: Fraction = Fraction(1, 4), seed: int = 0,
+               arithmetics: str | tuple[str, ...] | None = None) -> CompiledModel:
     """Theorem 6's two-layer Inequality transformer: INEQ(x) = 1 - EQ(x) (the paper's formulation).
 
     Parameters
@@ -147,5 +163,7 @@ def inequality(n: int, positions: str = "auto", eta: Fraction | str | None = Non
     precision : binary:int=I,frac=F | paper:n=N,kc=K | float64 | float32 (see equality).
     max_inner : the position code's largest inner product mu, in (0, 1).
     seed : seed of a random position code.
+    arithmetics : a comma list of real, float64, float32, float16, bfloat16, float8_e5m2,
+        float8_e4m3; see equality (Python: also a tuple).
     """
-    return _build(n, positions, eta, precision, max_inner, seed, ineq=True)
+    return _build(n, positions, eta, precision, max_inner, seed, True, arithmetics)

@@ -34,9 +34,9 @@ from exactformer.constructions.blocks.readout import SymbolReadout
 from exactformer.constructions.blocks.retrieve import RetrieveByPosition
 from exactformer.constructions.core.ir import CompiledModel, Param
 from exactformer.constructions.codes.positions import position_codes
-from exactformer.constructions.design.precision_search import (FLOAT_ARITHMETICS, FLOAT_FALLBACKS, arithmetics_for, designed_for,
-                                                        fewest_bits, float_set, given_eta, smallest_grid_eta,
-                                                        smallest_works)
+from exactformer.constructions.design.precision_search import (FLOAT_ARITHMETICS, arithmetics_for, design_arithmetics,
+                                                        designed_for, fallbacks, fewest_bits, float_set, given_eta,
+                                                        refused, smallest_grid_eta, smallest_works)
 from exactformer.constructions.core.spec import Select
 from exactformer.constructions.core.registry import Claim, SizeRows, construction
 from exactformer.constructions.core.task import Batch, Domains, Task, TaskError
@@ -218,6 +218,7 @@ def index_lookup(
     precision: Format | str | None = None,
     max_inner: Fraction = Fraction(1, 4),
     seed: int = 0,
+    arithmetics: str | tuple[str, ...] | None = None,
 ) -> CompiledModel:
     """Theorem 1's one-layer Index Lookup transformer (App. C.2).
 
@@ -234,6 +235,11 @@ def index_lookup(
         format with the fewest bits in which the chosen eta exists.
     max_inner : the position code's largest inner product mu, in (0, 1).
     seed : seed of a random position code.
+    arithmetics : a comma list of real, float64, float32, float16, bfloat16, float8_e5m2,
+        float8_e4m3 (Python: also a tuple). The float arithmetics the robust eta search checks
+        besides the format. Default: real, float64, float32, dropping float32, then float64, where no
+        format up to 48 bits allows them; given: exactly these, refused with the largest N at which a
+        format allows them (or, for a given eta, the smallest eta that works).
 
     Returns a model on T = N + 1 tokens: the N symbols, then the index token.
     """
@@ -249,7 +255,22 @@ def index_lookup(
     k, gram = int(code.k), Fraction(code.gram_scale)
     mu = Fraction(code.bound if code.bound is not None else (code.certificate or code.certify()).max_inner)
     m = symbol_bits(S)
-    fmt, eta, formulas, robust = _precision_and_eta(n, gram, mu, m, eta, precision)
+    asked = design_arithmetics(arithmetics, IndexLookupError)
+
+    def works(n2: int) -> bool:  # the design for ``asked`` at a smaller N, for a refusal's message
+        c = position_codes(n2, max_inner=Fraction(max_inner), family=positions if isinstance(positions, str) else "auto",
+                           seed=seed)
+        mu2 = Fraction(c.bound if c.bound is not None else (c.certificate or c.certify()).max_inner)
+        try:
+            fewest_bits(lambda f: _best_eta(f, Fraction(c.gram_scale), mu2, n2, m, asked), err=IndexLookupError)
+        except IndexLookupError:
+            return False
+        return True
+
+    fmt, eta, formulas, robust = _precision_and_eta(n, gram, mu, m, eta, precision, asked, works)
+    if asked is not None and not eta_works(fmt, eta, mu, n, gram, asked):
+        raise IndexLookupError(f"arithmetics {', '.join(asked)}: the sufficient condition fails at eta = {eta} in "
+                               f"{fmt.name}; {smallest_works(lambda f: _best_eta(f, gram, mu, n, m, asked), IndexLookupError)}")
 
     L = Layout()
     for name, width in (("rho", m), ("qcode", k), ("pcode", k), ("bits", m)):
@@ -275,8 +296,9 @@ def index_lookup(
             "precision": Param(fmt.name, formulas["precision"]),
             "precision_bits": Param(getattr(fmt, "bits", 64), "bits of one number in the format"),
             "arithmetics": Param(designed_for(fmt, robust), "the arithmetics the sufficient condition was checked in "
-                                 + ("(robust build)" if float_set(robust) == FLOAT_ARITHMETICS else "(robust build: the others allow no format "
-                                    "up to 48 bits)" if robust else "(fixed-point only)")),
+                                 + ("(robust build)" if float_set(robust) == FLOAT_ARITHMETICS else "(as asked)" if asked
+                                    else "(robust build: the others allow no format up to 48 bits)" if robust
+                                    else "(fixed-point only)")),
             "paper_k": Param(getattr(code, "paper_k", None), "ceil(8 ln(2N) / mu^2) (Lemma 2)"),
         })
     model.position_code = code
@@ -285,33 +307,53 @@ def index_lookup(
     return model
 
 
-def _precision_and_eta(n: int, gram: Fraction, mu: Fraction, m: int, eta: Any,
-                       precision: Any) -> tuple[Format, Fraction, dict, bool | tuple[str, ...]]:
-    robust: bool | tuple[str, ...] = True
+def _fits(fmt: Format, e: Fraction, gram: Fraction, m: int) -> bool:
+    """Every weight and range bound representable in ``fmt`` for eta = ``e``."""
+    return all(fmt.represents(v) for v in (e, e * gram, Fraction(2), Fraction(-3, 2), Fraction(2 * m), Fraction(-2 * m)))
+
+
+def _best_eta(fmt: Format, gram: Fraction, mu: Fraction, n: int, m: int, robust: bool | tuple[str, ...]) -> Fraction | None:
+    """The smallest grid eta with the sufficient condition in ``fmt`` (and the arithmetics of
+    ``robust``) whose weights ``fmt`` represents, or None."""
+    e = smallest_grid_eta(fmt, fmt.step / gram, lambda x: retrieval_holds(fmt, x, mu, n, gram, robust))
+    return e if e is not None and _fits(fmt, e, gram, m) else None
+
+
+def eta_works(fmt: Format, eta: Fraction, mu: Fraction, n: int, gram: Fraction, arithmetics: tuple[str, ...]) -> bool:
+    """Whether a given eta meets the sufficient condition in the float ``arithmetics`` (and in the
+    format, when it is a fixed-point one)."""
+    return retrieval_holds(fmt if fmt.is_exact else FixedPoint.binary(16, 16), eta, mu, n, gram, arithmetics)
+
+
+def _precision_and_eta(n: int, gram: Fraction, mu: Fraction, m: int, eta: Any, precision: Any,
+                       asked: tuple[str, ...] | None, works: Any) -> tuple[Format, Fraction, dict, bool | tuple[str, ...]]:
+    robust: bool | tuple[str, ...] = True if asked is None else asked
     if isinstance(eta, str):
         if eta not in ("robust", "minimal"):
             raise IndexLookupError(f"eta must be 'robust', 'minimal' or a number > 0, got {eta!r}")
-        robust, eta = eta == "robust", None
-
-    def fits(fmt: Format, e: Fraction) -> bool:  # every weight and range bound representable
-        return all(fmt.represents(v) for v in (e, e * gram, Fraction(2), Fraction(-3, 2), Fraction(2 * m), Fraction(-2 * m)))
+        if eta == "minimal" and asked is not None:
+            raise IndexLookupError("arithmetics: not with eta minimal (a fixed-point-only design)")
+        robust, eta = (robust if eta == "robust" else False), None
 
     def best_eta(fmt: Format) -> Fraction | None:
-        e = smallest_grid_eta(fmt, fmt.step / gram, lambda x: retrieval_holds(fmt, x, mu, n, gram, robust))
-        return e if e is not None and fits(fmt, e) else None
+        return _best_eta(fmt, gram, mu, n, m, robust)
 
     if isinstance(precision, str):
         precision = parse_format(precision)
     searched, auto = precision is None, None
     if searched:  # float32, then float64, dropped where no format up to 48 bits allows them
-        options = FLOAT_FALLBACKS if robust else ((),)
+        options = fallbacks(asked) if robust else ((),)
         for i, robust in enumerate(options):
             try:
                 precision, auto = fewest_bits(best_eta, max_bits=48, err=IndexLookupError)
                 break
             except IndexLookupError:
-                if i == len(options) - 1:
+                if i < len(options) - 1:
+                    continue
+                if asked is None:
                     raise
+                raise IndexLookupError(refused(asked, n, works, "no binary format up to 48 bits meets the "
+                                                                "sufficient condition"))
     elif precision.is_exact:
         auto = best_eta(precision)
     floats = ", ".join(float_set(robust))
@@ -325,9 +367,10 @@ def _precision_and_eta(n: int, gram: Fraction, mu: Fraction, m: int, eta: Any,
         formulas["eta"] = "given"
         return precision, eta, formulas, robust
     if not precision.is_exact:
-        e = smallest_grid_eta(FixedPoint.binary(16, 16), Fraction(1, 4), lambda x: retrieval_holds(precision, x, mu, n, gram, True))
-        formulas["eta"] = "smallest multiple of 1/4 with the sufficient condition in exact reals, float64 and float32"
-        return precision, e if e is not None else Fraction(math.ceil(paper_eta(n) * 4), 4), formulas, True
+        checked = FLOAT_ARITHMETICS if asked is None else asked
+        e = smallest_grid_eta(FixedPoint.binary(16, 16), Fraction(1, 4), lambda x: retrieval_holds(precision, x, mu, n, gram, checked))
+        formulas["eta"] = f"smallest multiple of 1/4 with the sufficient condition in {', '.join(checked)}"
+        return precision, e if e is not None else Fraction(math.ceil(paper_eta(n) * 4), 4), formulas, checked
     if auto is None:
         raise IndexLookupError(f"precision {precision.name}: no representable eta satisfies the sufficient condition "
                                f"for n={n}, mu={mu}; {smallest_works(best_eta, IndexLookupError)}")

@@ -44,6 +44,7 @@ from exactformer.constructions.codes.positions import CodeView
 from exactformer.constructions.core.registry import Claim, SizeRows, construction
 from exactformer.constructions.design.two_layer import (arithmetics_param, code_for, etas_by_mode, kc_equivalent, paper_eta,
                                                         readout, resolve)
+from exactformer.constructions.design.precision_search import design_arithmetics
 from exactformer.precision import Format
 
 THEOREM = "Thm 13 (App. F.3), Bhattamishra et al. 2024"
@@ -123,7 +124,10 @@ def _check_n(n: Any) -> None:
 
 
 def _build(n: int, features: Sequence[Any], b: int | None, g: Any, k: int | None, positions: Any, eta: Any,
-           precision: Any, max_inner: Fraction, seed: int, kind: str, extra: dict) -> CompiledModel:
+           precision: Any, max_inner: Fraction, seed: int, kind: str, extra: dict, arithmetics: Any = None,
+           b_at: Any = None) -> CompiledModel:
+    """The Theorem 13 model; ``b_at(N')`` (None: features given by the caller) is the threshold b of
+    the same kind of default features at a smaller N', for a refused ``arithmetics`` design."""
     _check_n(n)
     n = int(n)
     index, ftype, types = normalize_features(n, list(features), g, k)
@@ -135,7 +139,14 @@ def _build(n: int, features: Sequence[Any], b: int | None, g: Any, k: int | None
     code, mu = code_for(T, positions, max_inner, seed, ThresholdError)
     r, gram = int(code.k), Fraction(code.gram_scale)
     tol = Fraction(1, 2 * max(1, max([t[0] for t in types], default=1)))
-    fmt, eta, notes = resolve(n, T, gram, mu, eta, precision, tol, Fraction(0), b, ThresholdError)
+    asked = design_arithmetics(arithmetics, ThresholdError)
+
+    def smaller(n2: int) -> tuple[int, Fraction, Fraction, int]:  # the design's inputs at a smaller N
+        c2, mu2 = code_for(n2 + 1, positions if isinstance(positions, str) else "auto", max_inner, seed, ThresholdError)
+        return n2 + 1, Fraction(c2.gram_scale), mu2, b_at(n2)
+
+    fmt, eta, notes = resolve(n, T, gram, mu, eta, precision, tol, Fraction(0), b, ThresholdError, asked,
+                              smaller if b_at is not None else None)
     a, c, l0 = readout(fmt, T, b, notes["robust"])
     G = len(types)
 
@@ -213,7 +224,7 @@ def _build(n: int, features: Sequence[Any], b: int | None, g: Any, k: int | None
 def threshold_features(n: int, features: list | None = None, b: int | None = None, g: Any = None,
                        k: int | None = None, positions: str = "auto", eta: Fraction | str | None = None,
                        precision: Format | str | None = None, max_inner: Fraction = Fraction(1, 4), seed: int = 0,
-                       feature_seed: int = 0) -> CompiledModel:
+                       feature_seed: int = 0, arithmetics: str | tuple[str, ...] | None = None) -> CompiledModel:
     """Theorem 13's two-layer transformer for Th_b over k-sparse features.
 
     Parameters
@@ -232,8 +243,11 @@ def threshold_features(n: int, features: list | None = None, b: int | None = Non
     max_inner : the position code's largest inner product mu, in (0, 1).
     seed : seed of a random position code.
     feature_seed : seed of the default random features.
+    arithmetics : a comma list of real, float64, float32, float16, bfloat16, float8_e5m2,
+        float8_e4m3; see equality (Python: also a tuple).
     """
     _check_n(n)
+    default = features is None and b is None
     if features is None:
         kk = 2 if k is None else k
         if isinstance(kk, bool) or not isinstance(kk, (int, np.integer)) or not 1 <= kk <= min(MAX_K, max(1, n)):
@@ -246,13 +260,15 @@ def threshold_features(n: int, features: list | None = None, b: int | None = Non
         if not g or set(g) - {"0", "1"}:
             raise ThresholdError(f"g must be a truth table of 0/1 characters, got {g!r}")
         g = [int(ch) for ch in g]
-    return _build(n, features, b, g, k, positions, eta, precision, max_inner, seed, "threshold", {})
+    return _build(n, features, b, g, k, positions, eta, precision, max_inner, seed, "threshold", {}, arithmetics,
+                  (lambda n2: n2 // 2) if default else None)
 
 
 @construction("disjointness", task=ThresholdTask("disjointness"), theorem=THEOREM, claim=CLAIM,
               sizes=SizeRows("disjointness", max_n=1 << 22))
 def disjointness(n: int, positions: str = "auto", eta: Fraction | str | None = None,
-                 precision: Format | str | None = None, max_inner: Fraction = Fraction(1, 4), seed: int = 0) -> CompiledModel:
+                 precision: Format | str | None = None, max_inner: Fraction = Fraction(1, 4), seed: int = 0,
+                 arithmetics: str | tuple[str, ...] | None = None) -> CompiledModel:
     """DISJ(x) = 1 iff no i in [1, N/2] has x_i = x_{i+N/2} = 1: the 2-CNF AND_i NAND(x_i, x_{i+N/2}),
     Th_{N/2-1} over the N/2 NAND features (Theorem 13).
 
@@ -264,30 +280,37 @@ def disjointness(n: int, positions: str = "auto", eta: Fraction | str | None = N
     precision : binary:int=I,frac=F | paper:n=N,kc=K | float64 | float32. Default: fewest-bit binary format.
     max_inner : the position code's largest inner product mu, in (0, 1).
     seed : seed of a random position code.
+    arithmetics : a comma list of real, float64, float32, float16, bfloat16, float8_e5m2,
+        float8_e4m3; see equality (Python: also a tuple).
     """
     if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or not 2 <= n <= MAX_N or n % 2:
         raise ThresholdError(f"n must be an even integer in [2, 2^22], got {n!r}")
     h = n // 2
     feats = [[i, i + h] for i in range(1, h + 1)]
-    return _build(n, feats, h - 1, [1, 1, 1, 0], 2, positions, eta, precision, max_inner, seed, "disjointness", {})
+    return _build(n, feats, h - 1, [1, 1, 1, 0], 2, positions, eta, precision, max_inner, seed, "disjointness", {},
+                  arithmetics, lambda n2: n2 // 2 - 1)
 
 
-def _literal(n: int, clauses: Any, k: int | None, clause_seed: int, kind: str, rest: tuple) -> CompiledModel:
+def _literal(n: int, clauses: Any, k: int | None, clause_seed: int, kind: str, rest: tuple,
+             arithmetics: Any) -> CompiledModel:
     _check_n(n)
     if k is not None and (isinstance(k, bool) or not isinstance(k, (int, np.integer)) or not 1 <= k <= MAX_K):
         raise ThresholdError(f"k must be an integer in [1, {MAX_K}], got {k!r}")
+    default = clauses is None
     if clauses is None:
         clauses = random_clauses(int(n), max(1, int(n) // 2), 3 if k is None else int(k), clause_seed)
     feats, m = literal_features(int(n), clauses, kind, k)
     b = 0 if kind == "dnf" else m - 1
-    return _build(n, feats, b, None, k, *rest, kind, {"clauses": [[int(v) for v in c] for c in clauses]})
+    b_at = (lambda n2: 0) if kind == "dnf" else (lambda n2: max(1, n2 // 2) - 1)  # default: N // 2 clauses
+    return _build(n, feats, b, None, k, *rest, kind, {"clauses": [[int(v) for v in c] for c in clauses]}, arithmetics,
+                  b_at if default else None)
 
 
 @construction("dnf", task=ThresholdTask("dnf"), theorem=THEOREM, claim=CLAIM,
               sizes=_formula_rows("default: N/2 seeded random 3-literal terms"))
 def k_dnf(n: int, terms: list | None = None, k: int | None = None, clause_seed: int = 0, positions: str = "auto",
           eta: Fraction | str | None = None, precision: Format | str | None = None, max_inner: Fraction = Fraction(1, 4),
-          seed: int = 0) -> CompiledModel:
+          seed: int = 0, arithmetics: str | tuple[str, ...] | None = None) -> CompiledModel:
     """A k-DNF: OR of at most N terms, each an AND of at most k literals: Th_0 over AND features.
 
     Parameters
@@ -302,15 +325,17 @@ def k_dnf(n: int, terms: list | None = None, k: int | None = None, clause_seed: 
     precision : binary:int=I,frac=F | paper:n=N,kc=K | float64 | float32.
     max_inner : the position code's largest inner product mu, in (0, 1).
     seed : seed of a random position code.
+    arithmetics : a comma list of real, float64, float32, float16, bfloat16, float8_e5m2,
+        float8_e4m3; see equality (Python: also a tuple).
     """
-    return _literal(n, terms, k, clause_seed, "dnf", (positions, eta, precision, max_inner, seed))
+    return _literal(n, terms, k, clause_seed, "dnf", (positions, eta, precision, max_inner, seed), arithmetics)
 
 
 @construction("cnf", task=ThresholdTask("cnf"), theorem=THEOREM, claim=CLAIM,
               sizes=_formula_rows("default: N/2 seeded random 3-literal clauses"))
 def k_cnf(n: int, clauses: list | None = None, k: int | None = None, clause_seed: int = 0, positions: str = "auto",
           eta: Fraction | str | None = None, precision: Format | str | None = None, max_inner: Fraction = Fraction(1, 4),
-          seed: int = 0) -> CompiledModel:
+          seed: int = 0, arithmetics: str | tuple[str, ...] | None = None) -> CompiledModel:
     """A k-CNF: AND of at most N clauses, each an OR of at most k literals: Th_{m-1} over OR features.
 
     Parameters
@@ -325,5 +350,7 @@ def k_cnf(n: int, clauses: list | None = None, k: int | None = None, clause_seed
     precision : binary:int=I,frac=F | paper:n=N,kc=K | float64 | float32.
     max_inner : the position code's largest inner product mu, in (0, 1).
     seed : seed of a random position code.
+    arithmetics : a comma list of real, float64, float32, float16, bfloat16, float8_e5m2,
+        float8_e4m3; see equality (Python: also a tuple).
     """
-    return _literal(n, clauses, k, clause_seed, "cnf", (positions, eta, precision, max_inner, seed))
+    return _literal(n, clauses, k, clause_seed, "cnf", (positions, eta, precision, max_inner, seed), arithmetics)

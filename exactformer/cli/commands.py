@@ -115,8 +115,8 @@ VERIFY_OPTIONS = [
     _opt("arithmetic", Optional[str], typer.Option(
         None, "--arithmetic", metavar="ARITH", show_default=False,
         help=f"{' | '.join(ARITHMETICS)}: fixed (the default) runs the exact executor in the model's fixed-point "
-             "format; float32 / float64 check the exported torch forward pass (certify: rigorous float error bounds), "
-             "real the exact real-number forward pass")),
+             "format; a float dtype checks the exported torch forward pass on the CPU (certify: rigorous float error "
+             "bounds, docs/precision.md), real the exact real-number forward pass")),
     _JSON,
 ]
 FIND_MIN_OPTIONS = [

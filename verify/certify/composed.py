@@ -40,7 +40,7 @@ from exactformer.constructions.core.ir import CompiledModel, IRError
 from exactformer.constructions.core.pointers import PointerContext
 from exactformer.constructions.core.views import Box, Group, State, initial_groups, unique_rows
 from exactformer.constructions.core.views_ops import join_views
-from exactformer.precision import Float32, Float64, Format
+from exactformer.precision import Format, float_format
 from exactformer.precision.boxes import arithmetic as make_arithmetic
 from exactformer.verify.certify import pointer
 
@@ -62,8 +62,9 @@ def certify(model: CompiledModel, fmt: Format, task: Any, device: str = "cpu",
             run_candidates: Callable[[CompiledModel, Any], dict | None] | None = None,
             progress: Callable[[str], None] | None = None, arithmetic: str | None = None) -> CertificateResult:
     """Prove ``model`` computes ``task`` on every input, or say why not. ``arithmetic``: "fixed"
-    (the fixed-point format ``fmt``, the default for fixed-point formats), "real", "float64" or
-    "float32" (what torch computes with the exported weights; see precision/boxes.py)."""
+    (the fixed-point format ``fmt``, the default for fixed-point formats), "real", or a float dtype
+    -- float64, float32, bfloat16, float16, float8_e4m3, float8_e5m2 -- (what torch computes with
+    the exported weights on the CPU; see precision/boxes.py)."""
     t0 = time.perf_counter()
     details: dict[str, Any] = {}
     arithmetic = arithmetic or ("fixed" if fmt.is_exact else fmt.name)
@@ -101,7 +102,7 @@ def _prove(model: CompiledModel, fmt: Format, task: Any, device: str, details: d
            arithmetic: str) -> Fraction:
     arith = make_arithmetic(arithmetic, fmt)
     W = {name: _weight(arith, t) for name, t in model.tensors().items()}
-    read_fmt = fmt if arithmetic == "fixed" else (Float32 if arithmetic == "float32" else Float64)
+    read_fmt = fmt if arithmetic == "fixed" else float_format("float64" if arithmetic == "real" else arithmetic)
     T = task.length(model)
     if T > model.n_ctx:
         raise Unproven(f"the task's inputs have {T} tokens but the model's context is {model.n_ctx}")
