@@ -151,7 +151,6 @@ def test_build_table_and_out_errors(tmp_path: Path):
     (["verify", "all", "--n", "64", "--mode", "exhaustive"], ["--mode: exhaustive", "at N = 64 has 2^", "inputs, above the limit of 2^22"]),
     (["verify", "all", "--n", "64", "--alphabet", "4"], ["--alphabet", "no such option"]),
     (["verify", "all", "--n", "64", "--mode", "certify", "--samples", "3"], ["--samples", "only with mode sample"]),
-    (["verify", "all", "--n", "8", "--samples", "3"], ["--samples", "no row is sampled"]),
     (["positions", "--n", "2^40", "--certify"], ["--certify", "hours", "--force"]),
     (["positions", "--n", "100", "--force"], ["--force", "only with --certify"]),
 ])
@@ -226,11 +225,16 @@ def test_verify_all_small():
     d = one_json(r)
     assert r.exit_code == 0 and d["passed"] and d["n"] == 16 and d["mode"] is None and d["samples"] == ALL_SAMPLES
     assert [x["name"] for x in d["reports"]] == registry.names()
-    # every row in the strongest mode its construction declares: every registered construction certifies
+    # every row in the strongest mode its construction declares: a certificate where there is one, else
+    # exhaustive where the inputs fit, else sampled (prefix-sums, the MPC simulation, has no certificate)
     for x in d["reports"]:
         assert REPORT_KEYS <= set(x) and x["precision"] and x["note"] is None, x["name"]
-        assert x["mode"] == "certify" and x["mode_reason"].startswith("certify"), x["name"]
-        assert (x["samples"], x["seed"]) == (None, None)
+        if "certify" in registry.get(x["name"]).task.modes:
+            assert x["mode"] == "certify" and x["mode_reason"].startswith("certify"), x["name"]
+            assert (x["samples"], x["seed"]) == (None, None)
+        else:
+            assert x["mode"] == "sample" and "no certificate" in x["mode_reason"], x
+            assert (x["samples"], x["seed"]) == (ALL_SAMPLES, 0)
     r = invoke("verify", "all", "--n", "16", "--mode", "sample", "--samples", "4", "--seed", "2", "--json")
     d = one_json(r)  # the mode is honoured, not ignored
     assert r.exit_code == 0 and all(x["mode"] == "sample" and x["seed"] == 2 and x["samples"] == 4 for x in d["reports"])
@@ -241,6 +245,16 @@ def test_verify_all_small():
     r = invoke("verify", "all", "--n", "16", "--mode", "sample", "--samples", "4")
     row = next(line for line in r.stdout.splitlines() if line.startswith("k-hop "))
     assert " sample " in row and "of 16^16 (4 random, seed 0" in row
+
+
+def test_verify_all_samples_without_a_sampled_row(monkeypatch):
+    """--samples where no row of the table is sampled is a bad input, not an ignored option."""
+    for name in registry.names():
+        if "certify" not in registry.get(name).task.modes:
+            monkeypatch.delitem(registry._REGISTRY, name)
+    bad(invoke("verify", "all", "--n", "8", "--samples", "3"), "--samples", "no row is sampled")
+    r = invoke("verify", "all", "--n", "8", "--samples", "3", "--json")
+    assert r.exit_code == 2
 
 
 @pytest.fixture
@@ -257,6 +271,8 @@ def test_verify_all_with_a_mode_some_rows_lack(uncertified):
     for x in d["reports"]:
         if x["name"] == uncertified:
             assert x["mode"] == "exhaustive" and "no certificate for" in x["note"] and x["inputs_covered"] == 2**8 * 8
+        elif "certify" not in registry.get(x["name"]).task.modes:
+            assert x["mode"] == "sample" and "no certificate for" in x["note"], x
         else:
             assert x["mode"] == "certify" and x["note"] is None and x["mode_reason"] is None
 
