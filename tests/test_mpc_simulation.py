@@ -4,6 +4,7 @@ transformer (constructions/theorems/mpc_simulation.py, blocks/words.py)."""
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -16,6 +17,8 @@ from exactformer.constructions.theorems.mpc_simulation import NOT_A_WORD, decode
 from exactformer.precision import parse_format
 from exactformer.verify.executor.forward import forward_with_cache
 from exactformer.verify.mpc import check
+
+DOC = (Path(__file__).resolve().parents[1] / "docs" / "mpc.md").read_text()
 
 
 def _answers(model, x) -> np.ndarray:
@@ -160,3 +163,12 @@ def test_verify_modes_and_the_command_line(tmp_path):
     path = xf.save(m, tmp_path / "ps")
     loaded = xf.load(path)
     assert loaded([3, 3, 3, 3]) == [3, 2, 1, 0]
+
+
+def test_columnsort_counts_in_the_docs():
+    """docs/mpc.md, "Columnsort: not lowered": the local sort's table sizes it quotes."""
+    from exactformer.constructions.mpc.library import columnsort_shape, sort
+
+    for n, r, p in [(8, 4, 8), (64, 20, 11)]:
+        assert columnsort_shape(n)[0] == r and sort(n, 4).word_bits == p
+        assert f"{r} words of p = {p} bits" in DOC or f"r = {r} of {p} bits" in DOC
