@@ -249,6 +249,22 @@ def check_fmt(fmt: Format | str | None) -> Format | None:
     return fmt
 
 
+def check_sharding(mode: str | None, workers: Any, scheduler: Any) -> bool:
+    """Whether a run is sharded over dask workers (``workers`` or ``scheduler`` given: an integer >= 0,
+    an address tcp://HOST:PORT); only exhaustive and sample runs are, so ``mode`` must be one."""
+    if workers is None and scheduler is None:
+        return False
+    from exactformer.verify.distributed.engine import check_scheduler, check_workers
+
+    check_workers(workers)
+    check_scheduler(scheduler)
+    if mode not in ("exhaustive", "sample"):
+        given = "workers" if workers is not None else "scheduler"
+        raise VerifyError(given, "shards exhaustive and sample runs only: give mode exhaustive or sample"
+                                 + ("" if mode is None else f" (this run's mode is {mode})"))
+    return True
+
+
 def check_sampling(mode: str, samples: int | None, seed: int | None) -> tuple[int, int]:
     """(samples, seed) for a run in ``mode``: given values apply to sample mode only."""
     given = [name for name, value in (("samples", samples), ("seed", seed)) if value is not None]
@@ -262,14 +278,22 @@ def task_of(model: CompiledModel) -> Task:
     return registry.task_of(model)
 
 
-def exhaustive_refusal(task: Task, model: CompiledModel) -> str | None:
-    """Why exhaustive mode refuses ``model`` (more than :data:`EXHAUSTIVE_LIMIT` inputs), or None."""
+#: the exhaustive limit of a run sharded over workers (``workers`` or ``scheduler`` given)
+SHARDED_EXHAUSTIVE_LIMIT = 1 << 32
+
+
+def exhaustive_refusal(task: Task, model: CompiledModel, limit: int = EXHAUSTIVE_LIMIT) -> str | None:
+    """Why exhaustive mode refuses ``model`` (more than ``limit`` inputs: :data:`EXHAUSTIVE_LIMIT`,
+    or :data:`SHARDED_EXHAUSTIVE_LIMIT` sharded), or None."""
     count = task.count(model)
-    if count <= EXHAUSTIVE_LIMIT:
+    if count <= limit:
         return None
     others = " | ".join(m for m in task.modes if m != "exhaustive")
+    # the sharding hint only where sharding would reach the inputs
+    shard = (f"; sharded (workers, scheduler) up to {format_count(SHARDED_EXHAUSTIVE_LIMIT)}"
+             if limit < SHARDED_EXHAUSTIVE_LIMIT and count <= SHARDED_EXHAUSTIVE_LIMIT else "")
     return (f"exhaustive: {model.construction} at N = {model.n} has {inputs_phrase(count, model.n)}, above "
-            f"the limit of {format_count(EXHAUSTIVE_LIMIT)}" + (f"; use {others}" if others else ""))
+            f"the limit of {format_count(limit)}" + shard + (f"; use {others}" if others else ""))
 
 
 def lacks(name: str, mode: str) -> str:
@@ -277,16 +301,18 @@ def lacks(name: str, mode: str) -> str:
     return f"no certificate for {name}" if mode == "certify" else f"no {mode} mode for {name}"
 
 
-def choose_mode(task: Task, model: CompiledModel, mode: str | None) -> tuple[str, str | None]:
+def choose_mode(task: Task, model: CompiledModel, mode: str | None, sharded: bool = False) -> tuple[str, str | None]:
     """The mode to run and, when none was asked for, why it was chosen. ``mode`` given: itself if the
-    task declares it (``task.modes``) and, for exhaustive, the inputs fit :data:`EXHAUSTIVE_LIMIT`;
-    else :class:`VerifyError` naming the modes it has. ``mode`` None: the strongest declared mode
-    that applies -- certify, else exhaustive where the inputs fit, else sample."""
+    task declares it (``task.modes``) and, for exhaustive, the inputs fit :data:`EXHAUSTIVE_LIMIT`
+    (``sharded``: :data:`SHARDED_EXHAUSTIVE_LIMIT`); else :class:`VerifyError` naming the modes it
+    has. ``mode`` None: the strongest declared mode that applies -- certify, else exhaustive where
+    the inputs fit :data:`EXHAUSTIVE_LIMIT`, else sample."""
     name = model.construction
     if mode is not None:
         if mode not in task.modes:
             raise VerifyError("mode", f"{lacks(name, mode)}; its modes: {' | '.join(task.modes)}")
-        refusal = exhaustive_refusal(task, model) if mode == "exhaustive" else None
+        limit = SHARDED_EXHAUSTIVE_LIMIT if sharded else EXHAUSTIVE_LIMIT
+        refusal = exhaustive_refusal(task, model, limit) if mode == "exhaustive" else None
         if refusal:
             raise VerifyError("mode", refusal)
         return mode, None
@@ -308,7 +334,8 @@ def choose_mode(task: Task, model: CompiledModel, mode: str | None) -> tuple[str
 
 def verify(model: Any, mode: str | None = None, fmt: Format | str | None = None, samples: int | None = None,
            seed: int | None = None, device: str = "cpu", progress: Callable[[int], None] | None = None,
-           phase: Callable[[str], None] | None = None, arithmetic: str = "fixed") -> Report:
+           phase: Callable[[str], None] | None = None, arithmetic: str = "fixed", workers: int | None = None,
+           scheduler: str | None = None) -> Report:
     """Verify ``model`` under ``fmt`` (default: the precision it was built for).
 
     ``mode``: "certify" (a proof for all inputs, or a counterexample), "exhaustive" (every input;
@@ -320,6 +347,11 @@ def verify(model: Any, mode: str | None = None, fmt: Format | str | None = None,
     :data:`FLOAT_DTYPES` (float64, float32, bfloat16, float16): the model as torch runs its exported
     weights on the CPU (certificates: rigorous float error bounds, docs/precision.md "Float
     arithmetics"; sampling and exhaustive: the torch module itself). ``device``: cpu or cuda.
+    ``workers`` / ``scheduler``: shard an exhaustive or sampled run over dask workers
+    (:mod:`exactformer.verify.distributed.shards`: an embedded LocalCluster of ``workers``
+    processes, 0 for this process, or the scheduler at ``scheduler``); exhaustive then runs up to
+    2^32 inputs with the single-process result, sample draws its inputs per shard (seeds from
+    ``seed`` and the shard, the same for any number of workers).
     ``progress(n)`` is called with the inputs done per batch, ``phase(name)`` with each
     certificate step. Every bad argument raises :class:`VerifyError` naming it."""
     model = check_model(model)
@@ -328,7 +360,8 @@ def verify(model: Any, mode: str | None = None, fmt: Format | str | None = None,
     check_device(device)
     fmt = check_fmt(fmt)
     task = task_of(model)
-    mode, why = choose_mode(task, model, mode)
+    shard = check_sharding(mode, workers, scheduler)
+    mode, why = choose_mode(task, model, mode, shard)
     samples, seed = check_sampling(mode, check_samples(samples), check_seed(seed))
     count = task.count(model)
     extra = dict(mode_reason=why, samples=samples if mode == "sample" else None,
@@ -354,6 +387,17 @@ def verify(model: Any, mode: str | None = None, fmt: Format | str | None = None,
                       seconds=time.perf_counter() - t0,
                       min_margin=None if cert.min_margin is None else str(cert.min_margin),
                       counterexample=cert.counterexample, reason=cert.reason, details=cert.details)
+    if shard:
+        from exactformer.verify.distributed.shards import sharded  # dask is imported here, when asked for
+
+        covered, cex, min_margin, counts, how = sharded(model, fmt, mode, samples, seed, device, arithmetic, workers,
+                                                        scheduler, progress)
+        reason = "counterexample found" if cex else (
+            f"all inputs correct, run {how}" if mode == "exhaustive" else
+            f"{covered} inputs correct ({samples} sampled and as many adversarial, {how})")
+        return Report(**base, passed=cex is None, inputs_covered=covered, seconds=time.perf_counter() - t0,
+                      min_margin=None if min_margin is None else str(min_margin), counts=counts,
+                      counterexample=cex, reason=reason)
     if mode == "exhaustive":
         batches: Iterable[Batch] = task.exhaustive(model)
     else:

@@ -30,7 +30,7 @@ from exactformer.constructions.export import ManifestError, read_manifest
 from exactformer.verify.precision_scan import find_min_precision
 from exactformer.verify.verifier import (ARITHMETICS, COUNTS_MEANING, COVERS, DEFAULT_SAMPLES, DEVICES, Report,
                                          VerifyError, check_arithmetic, check_device, check_mode, check_samples,
-                                         check_sampling, check_seed, choose_mode, lacks, task_of)
+                                         check_sampling, check_seed, check_sharding, choose_mode, lacks, task_of)
 
 DEFAULT_N = 4096  # verify all
 #: verify all: random inputs of each sampled row (plus its adversarial ones) unless --samples is given; fewer
@@ -112,6 +112,14 @@ VERIFY_OPTIONS = [
     _opt("device", str, typer.Option("cpu", "--device", metavar="DEVICE",
                                      help=f"{' | '.join(DEVICES)}: where the executor runs (cuda: refused without a "
                                           "CUDA device)")),
+    _opt("workers", Optional[str], typer.Option(
+        None, "--workers", metavar="W", show_default=False,
+        help="exhaustive and sample: shard the inputs over W dask worker processes (an embedded LocalCluster; 0: "
+             "this process), exhaustive up to 2^32 inputs; the result does not depend on W")),
+    _opt("scheduler", Optional[str], typer.Option(
+        None, "--scheduler", metavar="ADDRESS", show_default=False,
+        help="exhaustive and sample: shard the inputs over the workers of the dask scheduler at ADDRESS "
+             "(tcp://HOST:PORT)")),
     _opt("arithmetic", Optional[str], typer.Option(
         None, "--arithmetic", metavar="ARITH", show_default=False,
         help=f"{' | '.join(ARITHMETICS)}: fixed (the default) runs the exact executor in the model's fixed-point "
@@ -148,6 +156,8 @@ class _Verification:
     device: str
     arithmetic: str
     json: bool
+    workers: int | None = None
+    scheduler: str | None = None
 
 
 def _bad(e: VerifyError, as_json: bool) -> NoReturn:
@@ -162,13 +172,15 @@ def _verify_args(kw: dict[str, Any]) -> _Verification:
     try:
         samples = None if kw["samples"] is None else parse_int(kw["samples"], "--samples", ">= 1")
         seed = None if kw["seed"] is None else parse_int(kw["seed"], "--seed", ">= 0")
+        workers = None if kw.get("workers") is None else parse_int(kw["workers"], "--workers", ">= 0")
     except ArgumentError as e:
         fail(str(e), as_json)
     try:
         v = _Verification(check_mode(kw["mode"]), check_samples(samples), check_seed(seed), check_device(kw["device"]),
-                          check_arithmetic(kw.get("arithmetic") or "fixed"), as_json)
+                          check_arithmetic(kw.get("arithmetic") or "fixed"), as_json, workers, kw.get("scheduler"))
         if v.mode is not None:
             check_sampling(v.mode, v.samples, v.seed)
+        check_sharding(v.mode, v.workers, v.scheduler)
     except VerifyError as e:
         _bad(e, as_json)
     return v
@@ -231,13 +243,14 @@ def _build(name: str, kw: dict[str, Any]) -> None:
 def _run(model: Any, v: _Verification, steps: Steps) -> Report:
     """Verify with progress (certificate steps, or a bar over the inputs)."""
     try:
-        chosen, _ = choose_mode(task_of(model), model, v.mode)
+        chosen, _ = choose_mode(task_of(model), model, v.mode, v.workers is not None or v.scheduler is not None)
         what = f"{chosen} {model.construction} n={model.n}" + ("" if v.arithmetic == "fixed" else f" in {v.arithmetic}")
         steps.step(what)
         total = task_of(model).count(model) if chosen == "exhaustive" else 2 * (v.samples or DEFAULT_SAMPLES)
         progress = steps.bar(total, "inputs") if chosen != "certify" else None
         return xf.verify(model, mode=v.mode, samples=v.samples, seed=v.seed, device=v.device, progress=progress,
-                          phase=lambda name: steps.step(f"{what}: {name}"), arithmetic=v.arithmetic)
+                          phase=lambda name: steps.step(f"{what}: {name}"), arithmetic=v.arithmetic, workers=v.workers,
+                          scheduler=v.scheduler)
     except VerifyError as e:
         _bad(e, v.json)
 
@@ -256,7 +269,7 @@ def _verify_named(name: str, kw: dict[str, Any]) -> None:
             fail("--arithmetic: --find-min-precision scans fixed-point formats only", v.json)
     elif scan is not None:
         fail("--scan: only with --find-min-precision", v.json)
-    for o in ("mode", "samples", "seed", "device", "arithmetic", "json"):
+    for o in ("mode", "samples", "seed", "device", "arithmetic", "json", "workers", "scheduler"):
         kw.pop(o)
     with Steps(lines=not v.json) as steps:
         model, kwargs = _construct(name, kw, v.json, steps)
@@ -376,6 +389,9 @@ def _plan(name: str, model: Any, v: _Verification, n: int) -> _Row:
 
 
 def _verify_all(kw: dict[str, Any]) -> None:
+    given = [o for o in ("workers", "scheduler") if kw.get(o) is not None]
+    if given:
+        fail(f"--{given[0]}: not with verify all (shard one construction's exhaustive or sample run)", kw["json"])
     v = _verify_args(kw)
     try:
         n = parse_int(kw["n"], "--n", "an integer or 2^k")
