@@ -316,7 +316,7 @@ def test_sample_mode_and_large_certificate():
     rep = verify(m, mode="certify")
     assert rep.passed, rep.reason
     first, second = rep.details["heads"]
-    assert first["method"] == "Reed-Solomon prefix sums"
+    assert first["method"] == "Reed-Solomon weight distribution" and rep.details["engine"] == "runs"
     assert (first["min_target_weight"], first["max_stray_weight"]) == ("1", "0")  # one-hot rows
     assert second["uniform_weight"] == "1/4096"
     assert rep.min_margin == "1/2"

@@ -45,8 +45,10 @@ import numpy as np
 
 from exactformer.constructions.blocks.base import CertContext, ViewHead, Unproven
 from exactformer.constructions.codes.products import CodeWorkError, histograms, pair_inner, resolve, same_generator
+from exactformer.constructions.codes.weights import CodeAlgebraError, RowCounts, algebra_of
+from exactformer.constructions.core import runs
 from exactformer.constructions.core.views import Box, Group, State, unique_rows
-from exactformer.constructions.core.views_ops import import_target, value_tables
+from exactformer.constructions.core.views_ops import head_output, import_target, value_tables
 
 
 @dataclass(frozen=True)
@@ -141,6 +143,55 @@ class RetrieveByPosition(ViewHead):
         V = value_tables(ctx, state, hw, where)
         return import_target(ctx, state, need, queries.t, queries.u, rows.target, rows.cls, rows.w_t, rows.w_l,
                              rows.counts, V)
+
+
+    # ---- the run certificate ---------------------------------------------------------------------
+    def certify_runs(self, ctx: Any, layer: int, head: int, state: runs.RunState, need: list[tuple[int, int]]) -> list[runs.Segment]:
+        """The head's output over the runs ``need`` (:mod:`exactformer.verify.certify.runs`): the facts
+        of :meth:`certify_head` -- the logit form, code slots filled by code blocks whose entries
+        round symmetrically, the target the unique key holding the query's vector and strictly
+        above every other logit -- with every query's histogram from the code's weight distribution
+        (:func:`~exactformer.constructions.codes.weights.classify`): the keys are runs of vector
+        indices of one Reed--Solomon∘Hadamard code, and each piece of queries with one histogram
+        gets one row."""
+        where = f"blocks.{layer}.attn head {head}"
+        hw = ctx.head_weights(layer, head)
+        qcols, kcols = ctx.slot(self.query), ctx.slot(self.key)
+        if ctx.written and np.any(ctx.written[layer][np.concatenate([qcols, kcols])]):
+            raise Unproven(f"{where}: an earlier layer writes into the query or key code columns")
+        alpha, beta, const, n_dims = logit_form(ctx, hw, qcols, kcols, where)
+        ksrc, qsrc = CodeSource(ctx, kcols, "key", []), CodeSource(ctx, qcols, "query", [])
+        if any(name == "tok" for name, _ in ksrc.blocks):
+            raise Unproven("the key code depends on the token (a token embedding block fills the key slot)")
+        keys = key_runs(ksrc.code_runs("pos", ctx.T))
+        algebra = code_algebra([r.gen for r in keys + qsrc.code_runs("pos", ctx.T) + qsrc.code_runs("tok", ctx.model.d_vocab)])
+        P = unit_product(ctx, alpha, beta, qsrc.scale_of(("pos", "tok")), ksrc.scale_of(("pos",)), where)
+        pieces = query_pieces(ctx, state, need, qsrc, algebra, [(r.start, r.start + r.count) for r in keys])
+        rows = run_rows(ctx, P, const, n_dims, algebra, pieces, ctx.T - sum(r.count for r in keys), where)
+        V = value_tables(ctx, state, hw, where)
+        vtab = {id(g.table): t for g, t in zip(state.segments, V["tables"])}
+        out: list[runs.Segment] = []
+        for pc, r in zip(pieces, rows.index):
+            target = keys[pc.row.target]
+            shift = pc.delta + target.first - target.start  # target position = (slope 1 or 0) * x + shift
+            if pc.kind == "tok":
+                continue
+            z = lambda tg: head_output(ctx.arith, rows.w_t[r], vtab[id(tg.table)], rows.w_l[r], rows.counts[r], V["hull"])  # noqa: E731
+            if pc.kind == "pos":
+                out += [runs.Segment(tg.start - shift, tg.stop - shift, [runs.shifted(v, 1, shift) for v in tg.vars], z(tg))
+                        for tg in state.pieces(pc.lo + shift, pc.hi + shift)]
+            else:
+                (tg,) = state.pieces(shift, shift + 1)
+                out.append(runs.Segment(pc.seg.start, pc.seg.stop, [runs.shifted(v, 0, shift) for v in tg.vars], z(tg)))
+        out += pointer_segments(ctx, state, [(pc, r, keys[pc.row.target]) for pc, r in zip(pieces, rows.index) if pc.kind == "tok"],
+                                rows, V, vtab)
+        ctx.details.setdefault("heads", []).append({
+            "layer": layer, "head": head, "block": type(self).__name__, "row_classes": int(rows.w_t.lo.size),
+            "min_target_weight": str(ctx.arith.to_fraction(np.min(rows.w_t.lo))),
+            "max_stray_weight": str(max(sum(ctx.arith.to_fraction(np.asarray(rows.w_l.hi[i]))[j] * int(rows.counts[i, j])
+                                            for j in range(rows.counts.shape[1])) for i in range(rows.counts.shape[0]))),
+            "method": "Reed-Solomon weight distribution"})
+        return sorted(out, key=lambda g: g.start)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -248,6 +299,32 @@ class CodeSource:
             raise Unproven(f"{self.what} code entries +-{s} do not round symmetrically in {self.ctx.arith.name}")
         return r_pos
 
+    def code_runs(self, which: str, limit: int) -> list[CodeRun]:
+        """The slot's code blocks of embedding ``which`` ("pos" or "tok") as runs of rows below
+        ``limit``: views followed to their generator (an identity view keeps the run, a constant view
+        makes its slope 0; a table-indexed view follows no run: runs.Declined)."""
+        out = []
+        for name, b in self.blocks:
+            count = min(b.count, limit - b.first_row)
+            if name != which or count <= 0:
+                continue
+            code, start, slope = b.code, int(b.code_start), 1
+            while hasattr(code, "base") and hasattr(code, "base_indices"):
+                kind = getattr(code, "kind", None)
+                if kind == "constant":
+                    start, slope = int(code.data), 0
+                elif kind != "identity":
+                    raise runs.Declined(f"the {self.what} code is read through an index table")
+                code = code.base
+            if start < 0 or start + slope * (count - 1) >= int(code.n):
+                raise Unproven(f"a {self.what} code block reads vectors beyond the code's {code.n}")
+            out.append(CodeRun(int(b.first_row), int(count), start, slope, code))
+        return out
+
+    def scale_of(self, which: tuple[str, ...]) -> int:
+        """The raw scale of the slot's code entries in the embeddings ``which`` (one, rounding symmetrically)."""
+        return self._scale({Fraction(b.scale) for name, b in self.blocks if name in which})
+
     def keys(self, T: int) -> CodeSide:
         if any(name == "tok" for name, _ in self.blocks):
             raise Unproven("the key code depends on the token (a token embedding block fills the key slot)")
@@ -354,3 +431,206 @@ def retrieval_rows(ctx: CertContext, P: Box, const: Box, n_dims: int, gens: list
     w_t, w_l = arith.row_weights(logit[tl], Box(np.broadcast_to(np.asarray(logit.lo)[None, :], counts.shape),
                                                  np.broadcast_to(np.asarray(logit.hi)[None, :], counts.shape)), counts)
     return RetrievalRows(target[qinv], cls_of_uq.reshape(-1)[qinv], w_t, w_l, counts, method)
+
+
+# ------------------------------------------------------------------------------------------------
+# the run certificate's steps
+# ------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CodeRun:
+    """Rows [first, first + count) of an embedding hold vector ``start + (row - first)`` (slope 1)
+    or vector ``start`` (slope 0) of the generating code ``gen``."""
+
+    first: int
+    count: int
+    start: int
+    slope: int
+    gen: Any
+
+
+def key_runs(runs: list[CodeRun]) -> list[CodeRun]:
+    """The key code's runs, each row filled once and each vector at one position."""
+    runs = sorted(runs, key=lambda r: r.first)
+    for a, b in zip(runs, runs[1:]):
+        if b.first < a.first + a.count:
+            raise Unproven("two code blocks fill the key slot of one row")
+    if any(r.slope == 0 and r.count > 1 for r in runs):
+        raise runs.Declined("one key vector at several positions")
+    return runs
+
+
+def code_algebra(gens: list[Any]) -> Any:
+    """The closed-form histograms of the one code generating every vector of the head
+    (:func:`~exactformer.constructions.codes.weights.algebra_of`, its algebra checked on the code's
+    tables); several codes, or a code without a closed form (or whose tables lack the algebra):
+    Declined."""
+    if not gens:
+        raise Unproven("no code block fills the key slot")
+    code = gens[0]
+    if any(not same_generator(g, code) for g in gens):
+        raise runs.Declined("the head's vectors do not all come from one code")
+    try:
+        algebra = algebra_of(code)
+    except CodeAlgebraError as e:  # the view certificate decides it from the generator's Gram rows
+        raise runs.Declined(f"the code has no closed-form histograms: {e}") from e
+    if algebra is None:
+        raise runs.Declined(f"a {type(code).__name__} has no closed-form histograms")
+    return algebra
+
+
+@dataclass
+class QueryPiece:
+    """Queries with one histogram: positions [lo, hi) of ``seg`` whose vector is p + delta ("pos")
+    or delta ("fixed"), or the tokens [lo, hi) of ``seg``'s own token whose vector is u + delta ("tok")."""
+
+    seg: runs.Segment
+    kind: str
+    lo: int
+    hi: int
+    delta: int
+    row: RowCounts
+
+
+def query_pieces(ctx: Any, state: runs.RunState, need: list[tuple[int, int]], qsrc: CodeSource, algebra: Any,
+                 ranges: list[tuple[int, int]]) -> list[QueryPiece]:
+    """Every needed query split into pieces of one histogram against the keys' vector ``ranges``."""
+    pos_runs, tok_runs = qsrc.code_runs("pos", ctx.T), qsrc.code_runs("tok", ctx.model.d_vocab)
+    out: list[QueryPiece] = []
+
+    def pieces(c0: int, c1: int, at: int) -> list[tuple[int, int, RowCounts]]:
+        try:
+            found = algebra.classify(ranges, c0, c1)
+        except CodeAlgebraError as e:
+            raise Unproven(f"{e}", {"positions": [at]}) from e
+        for a, _, row in found:
+            if row is None:
+                raise Unproven(f"the query at position {at} holds a vector (index {a}) that no key holds",
+                               {"positions": [at]})
+        return found
+
+    for a, b in need:
+        for g in state.pieces(a, b):
+            cuts = sorted({g.start, g.stop} | {x for r in pos_runs for x in (r.first, r.first + r.count)
+                                                if g.start < x < g.stop})
+            for s, e in zip(cuts, cuts[1:]):
+                run = next((r for r in pos_runs if r.first <= s < r.first + r.count), None)
+                seg = g.piece(s, e)
+                own = next((v for v in seg.vars if isinstance(v, runs.TokVar) and (v.slope, v.offset) == (1, 0)), None)
+                if run is not None:
+                    if own is not None and any(_overlap(own.classes, r) for r in tok_runs):
+                        raise Unproven("both embeddings fill the query code slot at some (position, token)",
+                                       {"positions": [s]})
+                    delta = run.start - run.first
+                    if run.slope == 0:
+                        out += [QueryPiece(seg, "fixed", s, e, run.start, row) for _, _, row in pieces(run.start, run.start + 1, s)]
+                    else:
+                        out += [QueryPiece(seg, "pos", c0 - delta, c1 - delta, delta, row)
+                                for c0, c1, row in pieces(s + delta, e + delta, s)]
+                    continue
+                if own is None:
+                    raise Unproven(f"the query at position {s} depends on a token its view has no variable for")
+                dom = own.classes.merged()
+                tcuts = dom.split(np.array([x for r in tok_runs for x in (r.first, r.first + r.count)]))
+                for u0, u1 in zip(tcuts.starts.tolist(), tcuts.stops.tolist()):
+                    run = next((r for r in tok_runs if r.first <= u0 < r.first + r.count), None)
+                    if run is None:
+                        raise Unproven(f"the query at position {s} holds no code vector (token {u0})", {"positions": [s]})
+                    if run.slope == 0 and u1 - u0 > 1:
+                        raise runs.Declined("one query vector for several tokens")
+                    delta = run.start - run.first
+                    out += [QueryPiece(seg, "tok", c0 - delta, c1 - delta, delta, row) for c0, c1, row in pieces(u0 + delta, u1 + delta, s)]
+    return out
+
+
+def _overlap(classes: Any, run: CodeRun) -> bool:
+    m = classes.merged()
+    return bool(np.any((m.starts < run.first + run.count) & (m.stops > run.first)))
+
+
+@dataclass
+class RunRows:
+    """Rows of one run certificate head: ``index[i]`` the row of query piece i; per row the target
+    weight, the weight of one key at each agreement level below the target's, and the keys there
+    (certain plus optional)."""
+
+    index: list[int]
+    w_t: Box
+    w_l: Box
+    counts: np.ndarray
+
+
+def run_rows(ctx: Any, P: Box, const: Box, n_dims: int, algebra: Any, pieces: list[QueryPiece], n_zero: int,
+             where: str) -> RunRows:
+    """The rounded row of every distinct histogram: the levels' integer inner products
+    ``algebra.levels`` (keys without a code vector at inner product 0), the target at
+    ``algebra.top``, strictly above every level that holds a key."""
+    arith, top = ctx.arith, int(algebra.top)
+    uniq: dict[RowCounts, int] = {}
+    index = [uniq.setdefault(pc.row, len(uniq)) for pc in pieces]
+    first: dict[int, int] = {}
+    for pc, i in zip(pieces, index):
+        first.setdefault(i, pc.seg.start)
+    R, L = len(uniq), int(algebra.levels.size)
+    exact = np.array([r.exact for r in uniq], dtype=np.int64).reshape(R, L)
+    optional = np.array([r.optional for r in uniq], dtype=np.int64).reshape(R, L)
+    exact[:, int(np.flatnonzero(algebra.levels == 0)[0])] += n_zero
+    logit = arith.code_logits(P, algebra.levels, const, int(algebra.code.k), n_dims)
+    lo, hi = np.asarray(logit.lo), np.asarray(logit.hi)
+    others = np.flatnonzero(np.arange(L) != top)
+    if np.any(optional) and (np.any(np.diff(lo[others]) < 0) or np.any(np.diff(hi[others]) < 0)):
+        raise Unproven(f"{where}: the logits do not grow with the code inner product (optional keys sit at the top levels)")
+    keys_at = (exact[:, others] + optional[:, others]) > 0
+    highest = np.where(keys_at, hi[None, others], arith.min_raw - 1).max(axis=1)
+    bad = [i for i in range(R) if not lo[top] > highest[i]]
+    if bad:
+        raise Unproven(f"{where}: the query at position {first[bad[0]]} has no key whose logit is a strict maximum",
+                       {"positions": [int(first[bad[0]])]})
+    t = Box(np.broadcast_to(lo[top:top + 1], (R,)).copy(), np.broadcast_to(hi[top:top + 1], (R,)).copy())
+    levels = Box(np.broadcast_to(lo[None, others], (R, others.size)).copy(), np.broadcast_to(hi[None, others], (R, others.size)).copy())
+    w_t, w_l = arith.row_weights(t, levels, exact[:, others], optional[:, others])
+    return RunRows(index, w_t, w_l, exact[:, others] + optional[:, others])
+
+
+def pointer_segments(ctx: Any, state: runs.RunState, items: list[tuple[QueryPiece, int, CodeRun]], rows: RunRows, V: dict,
+                     vtab: dict) -> list[runs.Segment]:
+    """Outputs of queries whose vector depends on their own token: the token at the target position
+    u + offset, a pointer variable, over looked-up positions whose views are their own token's and
+    alike; the own token's classes refined by row."""
+    by_seg: dict[tuple[int, int], list] = {}
+    for pc, r, target in items:
+        by_seg.setdefault((pc.seg.start, pc.seg.stop), []).append((pc, r, pc.delta + target.first - target.start))
+    out = []
+    for (s, e), group in by_seg.items():
+        g = group[0][0].seg
+        own = next(v for v in g.vars if isinstance(v, runs.TokVar) and (v.slope, v.offset) == (1, 0))
+        looked = [tg for pc, _, off in group for tg in state.pieces(pc.lo + off, pc.hi + off)]
+        t0 = looked[0]
+        for tg in looked:
+            if len(tg.vars) != 1 or not isinstance(tg.vars[0], runs.TokVar) or (tg.vars[0].slope, tg.vars[0].offset) != (1, 0):
+                raise Unproven(f"position {s}: a looked-up position's view depends on more than its own token")
+            tv = tg.vars[0].classes
+            if not (np.array_equal(tv.starts, t0.vars[0].classes.starts) and np.array_equal(tv.cls, t0.vars[0].classes.cls)
+                    and np.array_equal(tv.stops, t0.vars[0].classes.stops)
+                    and np.array_equal(vtab[id(tg.table)].lo, vtab[id(t0.table)].lo)
+                    and np.array_equal(vtab[id(tg.table)].hi, vtab[id(t0.table)].hi)):
+                raise Unproven(f"position {s}: the looked-up positions do not all hold the same kind of value")
+        maps: list[list[int]] = []
+        for pc, _, off in sorted(group, key=lambda x: x[0].lo):
+            if maps and maps[-1][1] == pc.lo and maps[-1][2] == off:
+                maps[-1][1] = pc.hi
+            else:
+                maps.append([pc.lo, pc.hi, off])
+        bounds = np.array([x for pc, _, _ in group for x in (pc.lo, pc.hi)])
+        split = own.classes.split(bounds)
+        row_of = np.array([next(r for pc, r, _ in group if pc.lo <= u < pc.hi) for u in split.starts.tolist()], dtype=np.int64)
+        base = split.with_classes(split.cls * int(rows.counts.shape[0]) + row_of)
+        r_of_cls = np.zeros(base.ncls, dtype=np.int64)
+        r_of_cls[base.cls] = row_of
+        val = vtab[id(t0.table)]
+        zs = [head_output(ctx.arith, rows.w_t[int(r)], val, rows.w_l[int(r)], rows.counts[int(r)], V["hull"]) for r in r_of_cls]
+        z = Box(np.stack([np.asarray(x.lo) for x in zs]), np.stack([np.asarray(x.hi) for x in zs]))
+        ptr = runs.PtrVar(own.key, tuple((int(a), int(b), int(o)) for a, b, o in maps), t0.vars[0].classes)
+        out.append(runs.Segment(s, e, [runs.TokVar(1, 0, base), ptr], z))
+    return out

@@ -50,14 +50,87 @@ def _nth_root(count: int, n: int) -> int:
     return b
 
 
-def format_count(count: int | float, n: int | None = None) -> str:
+#: counts with more bits than this are held as :class:`PowerCount` (never multiplied out)
+EXACT_BITS = 1 << 16
+
+
+def redefines(obj: Any, cls: type, name: str) -> bool:
+    """Whether ``type(obj)`` redefines method ``name`` of ``cls`` (a subclass's own array form means
+    ``cls``'s O(1) run form no longer describes it)."""
+    return getattr(type(obj), name) is not getattr(cls, name)
+
+
+class PowerCount:
+    """An input count ``base^exp * mult`` held as its factors: Index Lookup at N = 2^30 has
+    64^(2^30) * 2^30 inputs, a number of 6 * 2^30 bits that no report needs written out.
+    Compares with numbers (exactly while it has at most :data:`EXACT_BITS` bits, else by its log2)."""
+
+    def __init__(self, base: int, exp: int, mult: int = 1):
+        self.base, self.exp, self.mult = int(base), int(exp), int(mult)
+
+    def log2(self) -> float:
+        return self.exp * math.log2(self.base) + math.log2(self.mult)
+
+    def small(self) -> bool:
+        return self.log2() <= EXACT_BITS
+
+    def __int__(self) -> int:
+        if not self.small():
+            raise OverflowError(f"{self} has more than 2^{EXACT_BITS.bit_length() - 1} bits")
+        return self.base**self.exp * self.mult
+
+    def _cmp(self, other: Any) -> int:
+        if isinstance(other, PowerCount):
+            a, b = (int(self), int(other)) if self.small() and other.small() else (self.log2(), other.log2())
+        elif isinstance(other, float) and math.isinf(other):
+            a, b = 0, 1 if other > 0 else -1
+        elif self.small():
+            a, b = int(self), other
+        else:
+            a, b = self.log2(), math.log2(other) if other > 0 else -math.inf
+        return (a > b) - (a < b)
+
+    def __eq__(self, other: Any) -> bool:
+        return isinstance(other, (int, float, PowerCount)) and self._cmp(other) == 0
+
+    def __lt__(self, other: Any) -> bool:
+        return self._cmp(other) < 0
+
+    def __le__(self, other: Any) -> bool:
+        return self._cmp(other) <= 0
+
+    def __gt__(self, other: Any) -> bool:
+        return self._cmp(other) > 0
+
+    def __ge__(self, other: Any) -> bool:
+        return self._cmp(other) >= 0
+
+    def __hash__(self) -> int:
+        return hash((self.base, self.exp, self.mult))
+
+    def __repr__(self) -> str:
+        return f"{self.base}^{self.exp}" + (f"*{self.mult}" if self.mult != 1 else "")
+
+
+def power_count(base: int, exp: int, mult: int = 1) -> int | PowerCount:
+    """``base^exp * mult``: an int while it has at most :data:`EXACT_BITS` bits, else a :class:`PowerCount`."""
+    c = PowerCount(base, exp, mult)
+    return int(c) if c.small() else c
+
+
+def format_count(count: int | float | PowerCount, n: int | None = None) -> str:
     """An input count, short: written out below 10^6; else exactly as powers -- ``b^N*m`` when
     ``n`` = N is given and count = b^N * m with m < 10^6 (Index Lookup's ``64^4096*4096``), else
     ``p^e*m`` for p in 2, 3, 5, 7 and m < 10^6 (``2^4096``); else written out below 10^12;
     else ``about 2^x`` (x = log2 to one decimal). ``math.inf`` (a count too large to compute --
     :func:`~exactformer.constructions.mpc.applications.count_rgs` above 2^1000 -- or inputs that no finite
     family enumerates, as the grid vectors of nearest neighbour) is ``too many to count``. Never a
-    number with more digits than that (Python refuses to print ints above 4300 digits)."""
+    number with more digits than that (Python refuses to print ints above 4300 digits). A
+    :class:`PowerCount` too large to multiply out is ``b^e*m`` as it is held."""
+    if isinstance(count, PowerCount):
+        if not count.small():
+            return repr(count)
+        count = int(count)
     if isinstance(count, float):
         if math.isinf(count):
             return "too many to count"
@@ -79,15 +152,17 @@ def format_count(count: int | float, n: int | None = None) -> str:
     return f"about 2^{math.log2(count):.1f}"
 
 
-def inputs_phrase(count: int | float, n: int | None = None) -> str:
+def inputs_phrase(count: int | float | PowerCount, n: int | None = None) -> str:
     """``"<count> inputs"`` written short (:func:`format_count`), or ``"too many inputs to count"``."""
     if isinstance(count, float) and math.isinf(count):
         return "too many inputs to count"
     return f"{format_count(count, n)} inputs"
 
 
-def count_log2(count: int | float) -> float | None:
+def count_log2(count: int | float | PowerCount) -> float | None:
     """log2 of an input count (None for ``math.inf``, a count too large to compute), 3 decimals."""
+    if isinstance(count, PowerCount):
+        return round(count.log2(), 3)
     return None if isinstance(count, float) and math.isinf(count) else round(math.log2(count), 3)
 
 
@@ -170,6 +245,20 @@ class Task(ABC):
         a task whose ``modes`` include certify must give one."""
         raise NotImplementedError(f"{type(self).__name__} has no specification (no certify mode)")
 
+    def domain_runs(self, model: Any) -> Any:
+        """:meth:`domains` as runs of positions (:class:`~exactformer.constructions.core.runs.DomainRuns`,
+        what the run certificate reads); tasks whose inputs are long state them in O(1)."""
+        from exactformer.constructions.core.runs import domain_runs
+
+        return domain_runs(self.domains(model))
+
+    def spec_runs(self, model: Any) -> Any:
+        """:meth:`spec` as runs (:func:`~exactformer.constructions.core.runs.spec_runs`); tasks
+        whose inputs are long state it in O(1)."""
+        from exactformer.constructions.core.runs import spec_runs
+
+        return spec_runs(self.spec(model))
+
     # ---- encoding ---------------------------------------------------------------------------------------
     @abstractmethod
     def encode_arrays(self, model: Any, *arrays: np.ndarray) -> np.ndarray:
@@ -190,8 +279,9 @@ class Task(ABC):
 
     # ---- input sources ------------------------------------------------------------------------------------
     @abstractmethod
-    def count(self, model: Any) -> int | float:
-        """The number of distinct inputs (``math.inf`` where too large to compute)."""
+    def count(self, model: Any) -> int | float | PowerCount:
+        """The number of distinct inputs (``math.inf`` where too large to compute; a
+        :class:`PowerCount` where too large to multiply out)."""
 
     @abstractmethod
     def exhaustive(self, model: Any, batch: int = 4096) -> Iterator[Batch]:
@@ -252,8 +342,8 @@ class SymbolsTask(Task):
                              f"{model.task_params[self.domain_param]}), got values in [{x.min()}, {x.max()}]")
         return (x,)
 
-    def count(self, model: Any) -> int:
-        return self.symbols(model) ** model.n
+    def count(self, model: Any) -> int | PowerCount:
+        return power_count(self.symbols(model), model.n)
 
     def exhaustive(self, model: Any, batch: int = 4096) -> Iterator[Batch]:
         """Every input in counting order (the first symbol most significant)."""

@@ -30,6 +30,7 @@ from exactformer.constructions.core import registry
 from exactformer.constructions.core.builder import Placement
 from exactformer.constructions.blocks import block_from_json
 from exactformer.constructions.core.ir import Param, VectorInput
+from exactformer.constructions.core.vocab import vocab_from_json, vocab_json
 
 FORMAT_NAME = "exactformer-export"
 FORMAT_VERSION = 2  # 2: per-field digests, encoding, codes as generators / views / stored vectors
@@ -162,7 +163,7 @@ MODEL_FIELDS: dict[str, tuple[Callable[[Any], Any], Callable[[Any], Any]]] = {
     "params": (lambda ps: {k: _param_json(p) for k, p in ps.items()},
                lambda d: {k: _param_from_json(v) for k, v in d.items()}),
     "task_params": (jsonable, dict),
-    "vocab": (lambda v: [str(t) for t in v], list),
+    "vocab": (vocab_json, vocab_from_json),
     "answers": (_answers_json, lambda d: list(d["values"])),
     "answer_positions": (lambda a: None if a is None else [int(t) for t in a],
                          lambda a: None if a is None else tuple(int(t) for t in a)),

@@ -32,8 +32,9 @@ from typing import Any, Iterator, Sequence
 import numpy as np
 
 from exactformer.constructions.core.ir import CompiledModel
+from exactformer.constructions.core.runs import Classes, Counting, DomainRuns, FeatureRun
 from exactformer.constructions.core.spec import CountThreshold
-from exactformer.constructions.core.task import Batch, Domains, Task, TaskError
+from exactformer.constructions.core.task import Batch, Domains, PowerCount, Task, TaskError, power_count, redefines
 
 MAX_K = 8  # heads = k; the MLP has up to 2 * G * 2^k units
 
@@ -236,8 +237,17 @@ class _BooleanTask(Task):
         x = np.asarray(x, dtype=np.int64)
         return Batch((x,), self.encode_arrays(model, x), self.truth(model, x).astype(np.int64))
 
-    def count(self, model: CompiledModel) -> int:
-        return 1 << model.n
+    def count(self, model: CompiledModel) -> int | PowerCount:
+        return power_count(2, model.n)
+
+    def domain_runs(self, model: CompiledModel) -> DomainRuns:
+        """:meth:`domains` in O(1): BOS (token 2) at position 0 when ``bos``, the bits {0, 1} elsewhere."""
+        if redefines(self, _BooleanTask, "domains"):
+            return super().domain_runs(model)
+        bits, T = Classes.run(0, 2), self.length(model)
+        if self.bos:
+            return DomainRuns(np.array([0, 1], np.int64), np.array([0, 1], np.int64), [Classes.run(2, 3), bits], T)
+        return DomainRuns(np.array([0], np.int64), np.array([0], np.int64), [bits], T)
 
     def _from_bits(self, bits: np.ndarray) -> np.ndarray:
         return 2 * bits - 1 if self.pm1 else bits
@@ -335,6 +345,14 @@ class EqualityTask(_BooleanTask):
         pairs = np.stack([np.arange(h), np.arange(h) + h], axis=1)
         return CountThreshold(model.n - 1, [(pairs, xor)], 0, not self.complement, (0, 1))
 
+    def spec_runs(self, model: CompiledModel) -> Counting:
+        """:meth:`spec` in O(1): one run of features [x_i != x_{i+N/2}], i in [0, N/2)."""
+        if redefines(self, EqualityTask, "spec"):
+            return super().spec_runs(model)
+        h = model.n // 2
+        xor = np.array([[0, 1], [1, 0]], dtype=np.int64)
+        return Counting(model.n - 1, (FeatureRun(0, h, (0, h), xor),), 0, not self.complement, (0, 1))
+
     def _draw(self, model, rng, b):
         n, h = model.n, model.n // 2
         x = rng.choice(np.array([-1, 1]), size=(b, n))
@@ -414,6 +432,15 @@ class ThresholdTask(_BooleanTask):
         feats = [(idx[ft == tau, :r], np.asarray(table, dtype=np.int64).reshape((2,) * r))
                  for tau, (r, table) in enumerate(types)]
         return CountThreshold(model.n, feats, b, False, (0, 1))
+
+    def spec_runs(self, model: CompiledModel) -> Counting:
+        """:meth:`spec` as runs; Disjointness's in O(1): NAND(x_i, x_{i+N/2}) at positions (i, i + N/2),
+        i in [1, N/2] (BOS at 0), b = N/2 - 1."""
+        if self.kind != "disjointness" or redefines(self, ThresholdTask, "spec"):
+            return super().spec_runs(model)
+        h = model.n // 2
+        nand = np.array([[1, 1], [1, 0]], dtype=np.int64)
+        return Counting(model.n, (FeatureRun(1, h + 1, (0, h), nand),), h - 1, False, (0, 1))
 
     def truth(self, model: CompiledModel, x: np.ndarray) -> np.ndarray:
         x = np.asarray(x, dtype=np.int64)

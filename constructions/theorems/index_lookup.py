@@ -39,11 +39,14 @@ from exactformer.constructions.design.precision_search import (FLOAT_ARITHMETICS
                                                         refused, smallest_grid_eta, smallest_works)
 from exactformer.constructions.core.spec import Select
 from exactformer.constructions.core.registry import Claim, SizeRows, construction
-from exactformer.constructions.core.task import Batch, Domains, Task, TaskError
+from exactformer.constructions.core.runs import Classes, DomainRuns, Lookup
+from exactformer.constructions.core.vocab import RunVocab
+from exactformer.constructions.core.task import Batch, Domains, PowerCount, Task, TaskError, power_count, redefines
 from exactformer.precision import FixedPoint, Format, parse_format
 
 THEOREM = "Thm 1 (App. C.2), Bhattamishra et al. 2024"
 MAX_ALPHABET = 1 << 16
+MAX_N = 1 << 30  # built, saved and certified in O(polylog N): position codes are generators, never tables
 P_GROUP = 16  # sampled inputs share p in groups of this size (a group shares its attention row)
 
 
@@ -84,6 +87,14 @@ class IndexLookupTask(Task):
         S, n = len(model.answers), model.n
         return Domains([np.arange(S), np.arange(S, S + n)], np.r_[np.zeros(n, np.int64), 1])
 
+    def domain_runs(self, model: CompiledModel) -> DomainRuns:
+        """:meth:`domains` in O(1): the symbols at positions 0 .. N-1, an index token at N."""
+        if redefines(self, IndexLookupTask, "domains"):
+            return super().domain_runs(model)
+        S, n = len(model.answers), model.n
+        return DomainRuns(np.array([0, n], np.int64), np.array([0, 1], np.int64), [Classes.run(0, S), Classes.run(S, S + n)],
+                          n + 1)
+
     def truth(self, model: CompiledModel, symbols: np.ndarray, p: np.ndarray) -> np.ndarray:
         return np.asarray(symbols)[np.arange(len(p)), np.asarray(p) - 1]
 
@@ -94,6 +105,13 @@ class IndexLookupTask(Task):
         answer_of = np.full(S + n, -1, dtype=np.int64)
         answer_of[:S] = np.arange(S)
         return Select(n, n, pointer, answer_of)
+
+    def spec_runs(self, model: CompiledModel) -> Lookup:
+        """:meth:`spec` in O(1): index token S + p - 1 looks up position p - 1; symbol s names answer s."""
+        if redefines(self, IndexLookupTask, "spec"):
+            return super().spec_runs(model)
+        S, n = len(model.answers), model.n
+        return Lookup(n, n, ((S, S + n, -S),), ((0, S, 0),))
 
     def encode_arrays(self, model: CompiledModel, symbols: np.ndarray, p: np.ndarray) -> np.ndarray:
         S, n = len(model.answers), model.n
@@ -134,8 +152,8 @@ class IndexLookupTask(Task):
         return np.asarray(rows, dtype=np.int64).reshape(len(rows), model.n), np.asarray(ps, dtype=np.int64)
 
     # ---- inputs ------------------------------------------------------------------------------------------
-    def count(self, model: CompiledModel) -> int:
-        return len(model.answers) ** model.n * model.n
+    def count(self, model: CompiledModel) -> int | PowerCount:
+        return power_count(len(model.answers), model.n, model.n)
 
     def exhaustive(self, model: CompiledModel, batch: int = 4096) -> Iterator[Batch]:
         """Every (s, p): |Sigma|^N * N inputs, symbols in counting order."""
@@ -201,7 +219,7 @@ _SIZE_BOUNDS = ("rnn-index-lookup", "tracr-index-lookup")
 @construction("index-lookup", task=IndexLookupTask, theorem=THEOREM,
               claim=Claim("P1 Thm 1 (Sec. 3, App. C.2)", "1", "1 (App. C.2)", "O(log N)", "O(log N)",
                           "poly-log: width x d x p = O((log N)^3) (Sec. 1, Sec. 2)"),
-              sizes=(SizeRows("index-lookup", (("alphabet", 64),), _SIZE_BOUNDS, max_n=1 << 24,
+              sizes=(SizeRows("index-lookup", (("alphabet", 64),), _SIZE_BOUNDS, max_n=MAX_N,
                               note="|Sigma| = 64, positions auto"),
                      SizeRows("index-lookup", (("alphabet", 64), ("positions", "onehot")), _SIZE_BOUNDS,
                               name="index-lookup-onehot", build_max_n=1 << 10, max_n=1 << 10,
@@ -224,7 +242,7 @@ def index_lookup(
 
     Parameters
     ----------
-    n : int in [2, 2^24]. Sequence length N (the index p ranges over [1, N]).
+    n : int in [2, 2^30]. Sequence length N (the index p ranges over [1, N]).
     alphabet : int in [2, 2^16]. |Sigma|; the symbols are 0 .. alphabet-1.
     positions : auto | reed-solomon | random | onehot (Python: also a PositionCode with n >= N).
     eta : robust | minimal | a number > 0 (eta/k on the format's grid). robust (default): the
@@ -243,8 +261,8 @@ def index_lookup(
 
     Returns a model on T = N + 1 tokens: the N symbols, then the index token.
     """
-    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or not 2 <= n <= 1 << 24:
-        raise IndexLookupError(f"n must be an integer in [2, 2^24], got {n!r}")
+    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or not 2 <= n <= MAX_N:
+        raise IndexLookupError(f"n must be an integer in [2, 2^30], got {n!r}")
     if isinstance(alphabet, bool) or not isinstance(alphabet, (int, np.integer)) or not 2 <= alphabet <= MAX_ALPHABET:
         raise IndexLookupError(f"alphabet must be an integer in [2, {MAX_ALPHABET}], got {alphabet!r}")
     n, S = int(n), int(alphabet)
@@ -283,7 +301,7 @@ def index_lookup(
     BitThreshold("rho", "bits").emit(mb, 0)
     SymbolReadout("bits", S).emit(mb)
     model = mb.build(
-        answers=list(range(S)), vocab=[f"s{s}" for s in range(S)] + [f"p{p}" for p in range(1, n + 1)],
+        answers=list(range(S)), vocab=RunVocab([("s{}", 0, S), ("p{}", 1, n)]),
         construction="index-lookup", theorem=THEOREM, n=n, precision=fmt.name,
         task_params={"n": n, "alphabet": S, "code": code.describe() if hasattr(code, "describe") else {}},
         params={
