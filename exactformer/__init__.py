@@ -9,7 +9,8 @@ The package is split into subpackages whose imports point down only::
                 -> exactformer.precision   exact number formats and integer arithmetic
 
 The public API (``import exactformer as xf``) is :mod:`exactformer.api`: ``xf.build``,
-``xf.verify``, ``xf.save``, ``xf.load``, ``xf.constructions``, ``model(inputs)``, and a builder
+``xf.verify``, ``xf.save``, ``xf.load``, ``xf.constructions``, ``xf.frontier`` (the precision
+frontier, on dask), ``model(inputs)``, and a builder
 per construction (``xf.index_lookup``, ``xf.equality`` ...); ``xf.BuildError`` and
 ``xf.VerifyError`` are the ValueErrors of bad arguments. Its names are imported when first used,
 so that ``import exactformer`` (and the command line's start) stays fast.
@@ -27,7 +28,7 @@ from typing import Any
 
 __version__ = "0.2.0"  # the same as pyproject.toml
 
-_FROM = {**{name: "exactformer.api" for name in ("Model", "build", "builder", "load", "save", "BuildError",
+_FROM = {**{name: "exactformer.api" for name in ("Model", "build", "builder", "frontier", "load", "save", "BuildError",
                                                    "VerifyError")},
          **{name: "exactformer.precision" for name in ("FixedPoint", "Float32", "Float64", "parse_format")}}
 

@@ -32,8 +32,9 @@ from exactformer.verify.executor.exact import RunResult, run
 from exactformer.verify.executor.forward import Cache, forward_with_cache
 from exactformer.verify.verifier import Report, VerifyError, certified_arithmetics, check_model
 from exactformer.verify.verifier import verify as _verify
+from exactformer.verify.frontier import frontier
 
-__all__ = ["Model", "build", "builder", "load", "save", "BuildError", "VerifyError"]
+__all__ = ["Model", "build", "builder", "frontier", "load", "save", "BuildError", "VerifyError"]
 
 
 class Model:

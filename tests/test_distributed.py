@@ -3,13 +3,12 @@ workers -- exhaustive equal to the single-process run (a passing model and a bro
 counterexample in enumeration order must survive the merge), sampled inputs equal for one and two
 workers -- and bad sharding arguments refused in one line.
 
-One 2-worker LocalCluster serves the module (started once: it takes seconds); runs reach it through
+One 2-worker LocalCluster (tests/conftest.py) serves the session; runs reach it through
 ``scheduler=``, the path a real cluster takes."""
 
 from __future__ import annotations
 
 import json
-import logging
 
 import pytest
 from typer.testing import CliRunner
@@ -27,12 +26,9 @@ def cli(*args: str):
 
 
 @pytest.fixture(scope="module")
-def cluster():
-    """The scheduler address of a 2-worker LocalCluster (one process per worker)."""
-    distributed = pytest.importorskip("distributed")
-    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None,
-                                  silence_logs=logging.ERROR) as c:
-        yield c.scheduler_address
+def cluster(dask_cluster):
+    """The scheduler address of the session's 2-worker LocalCluster."""
+    return dask_cluster.scheduler_address
 
 
 @pytest.fixture(scope="module")

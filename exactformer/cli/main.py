@@ -36,6 +36,8 @@ OTHER_COMMANDS = {
     "sizes": ("exactformer.cli.sizes", "sizes", "Built sizes against the papers' lower bounds (tables, JSON, CSV, plots)."),
     "attention": ("exactformer.cli.attention", "attention",
                   "EMA, ANNA (LSH, Alg. 1) or dense attention on generated data, checked."),
+    "frontier": ("exactformer.cli.frontier", "frontier",
+                 "The precision frontier: the largest certified N per construction and arithmetic (dask)."),
 }
 
 

@@ -1,0 +1,48 @@
+"""One job of the frontier, as a worker runs it: build, then certify (no counterexample search: the
+frontier records proofs; ``exactformer verify ... --arithmetic A`` searches one for a cell that is
+not certified). Every outcome is a result, never an exception, so a worker returns it whatever
+happens: "certified", "unproven" (the certificate's reason), "refused" (the builder's, e.g. no
+format allows the arithmetic at this N) or "error" (anything unexpected, with its type).
+"""
+
+from __future__ import annotations
+
+import time
+import traceback
+from typing import Any
+
+from exactformer.constructions.core import registry
+from exactformer.precision import parse_format
+from exactformer.verify.certify.composed import certify
+from exactformer.verify.frontier.grid import design_keywords
+
+
+def run_job(job: dict[str, Any]) -> dict[str, Any]:
+    """The result of one job (``Job.to_dict()``): status, reason, the build's precision, bits and
+    eta, the arithmetics its design checked, and the seconds of each step."""
+    name, arithmetic, n = job["construction"], job["arithmetic"], job["n"]
+    out: dict[str, Any] = dict(job)
+    t0 = time.perf_counter()
+    try:
+        c = registry.get(name)
+        kwargs = {**job["params"], "n": n, **design_keywords(name, arithmetic)}
+        try:
+            model = c.builder(**kwargs)
+        except (ValueError, ArithmeticError) as e:  # the builders' refusals (parameters, formats, designs)
+            return out | {"status": "refused", "reason": f"{type(e).__name__}: {e}", "seconds": time.perf_counter() - t0}
+        t1 = time.perf_counter()
+        fmt = parse_format(model.precision or "float64")
+        param = model.params.get("arithmetics")
+        out |= {"precision": model.precision, "bits": getattr(fmt, "bits", None) if fmt.is_exact else None,
+                "eta": None if model.params.get("eta") is None else str(model.params["eta"].value),
+                "designed_for": None if param is None else list(param.value), "seconds_build": t1 - t0}
+        if arithmetic == "fixed" and not fmt.is_exact:
+            return out | {"status": "refused", "reason": f"the build is in {fmt.name}, not fixed point",
+                          "seconds": time.perf_counter() - t0}
+        r = certify(model, fmt, c.task, arithmetic=arithmetic)
+        return out | {"status": "certified" if r.passed else "unproven", "reason": r.reason,
+                      "min_margin": None if r.min_margin is None else str(r.min_margin),
+                      "seconds_certify": time.perf_counter() - t1, "seconds": time.perf_counter() - t0}
+    except (Exception, MemoryError) as e:  # a bug or a resource limit: recorded, the chain stops here
+        return out | {"status": "error", "reason": f"{type(e).__name__}: {e}",
+                      "traceback": traceback.format_exc(limit=4), "seconds": time.perf_counter() - t0}
