@@ -121,6 +121,8 @@ def test_build_table_and_out_errors(tmp_path: Path):
 
 
 @pytest.mark.parametrize("args,words", [
+    (["verify", "k-hop", "--n", "8", "--mode", "certify", "--arithmetic", "float32"],
+     ["--mode: no certificate for k-hop in float32", "fixed point only", "exhaustive | sample"]),
     (["verify", "dnf", "--n", "16", "--clauses", "a,b"], ["--clauses", "no such option", "--terms"]),
     (["verify", "dnf", "--n", "16", "--terms", "a,b"], ["--terms", "'1,-2;3,4'"]),
     (["verify", "cnf", "--n", "16", "--clauses", "1,2;;3"], ["--clauses", "'1,-2;3,4'", "1,2;;3"]),
@@ -407,3 +409,18 @@ def test_docs_cli_md_lists_the_builders_options():
             want = ["--code-seed" if p == "seed" else "--" + p.replace("_", "-")
                     for p in registry.get(name).parameters if p != "n"]
             assert opts.strip("`").split() == want, name
+
+
+@pytest.mark.slow
+def test_verify_all_in_float64_passes_in_the_strongest_mode_that_applies():
+    """A default that prints FAIL is a bug, in every arithmetic: heads certified in fixed point only
+    (pointer, match and content heads) run exhaustively or sampled in float64, the rest certify."""
+    from exactformer.verify.verifier import certificate_refusal
+
+    r = invoke("verify", "all", "--n", "8", "--arithmetic", "float64", "--json")
+    d = one_json(r)
+    assert r.exit_code == 0 and d["passed"], [x["reason"] for x in d["reports"] if not x["passed"]]
+    for x in d["reports"]:
+        c = registry.get(x["name"])
+        certifiable = "certify" in c.task.modes and not certificate_refusal(c.builder(x["n"]), "float64")
+        assert (x["mode"] == "certify") == certifiable, x

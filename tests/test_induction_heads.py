@@ -27,8 +27,10 @@ from exactformer.constructions.core.ir import ExactTensor
 from exactformer.constructions.mpc.applications import k_hop_truth, restricted_growth_strings
 from exactformer.constructions.theorems.induction_heads import InductionHeadsError
 from exactformer.precision import parse_format
+from exactformer.verify.certify.composed import certify
 from exactformer.verify.executor.exact import run
 from exactformer.verify.mpc import check as mpc_check
+from exactformer.verify.verifier import VerifyError, task_of
 
 W = [0, 0, 1, 2, 1, 0, 1, 2, 0]  # aabcbabca (P2 Sec. 5.2's example)
 
@@ -237,7 +239,18 @@ def test_default_builds_are_right_in_torch_and_transformer_lens(name, kw):
 
 
 def test_the_certificate_covers_fixed_point_only():
-    m = xf.build("induction-heads", n=8, alphabet=3)
+    """In floats the default mode is the strongest that applies (exhaustive here), asking for the
+    certificate is a bad input, and the certificate itself still refuses (it never trusts the plan)."""
+    m = xf.build("induction-heads", n=6, alphabet=3)
     r = xf.verify(m, arithmetic="float32")
-    assert not r.passed and "fixed-point arithmetic only" in r.reason
+    assert r.passed and r.mode == "exhaustive" and r.inputs_covered == 3**6, r.reason
+    assert "certified in fixed point only" in r.mode_reason
+    with pytest.raises(VerifyError, match="mode: no certificate for induction-heads in float32"):
+        xf.verify(m, mode="certify", arithmetic="float32")
+    task = task_of(m.compiled)
+    res = certify(m.compiled, parse_format(m.precision), task, arithmetic="float32")
+    assert not res.passed and "fixed-point arithmetic only" in res.reason
     assert Fraction(m.params["lambda"].value) > 0
+    big = xf.build("k-hop", n=16, k=3, alphabet=4)  # 4^16 inputs: sampled
+    r = xf.verify(big, arithmetic="float64", samples=20, seed=1)
+    assert r.passed and r.mode == "sample" and r.seed == 1, r.reason

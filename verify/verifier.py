@@ -301,16 +301,35 @@ def lacks(name: str, mode: str) -> str:
     return f"no certificate for {name}" if mode == "certify" else f"no {mode} mode for {name}"
 
 
-def choose_mode(task: Task, model: CompiledModel, mode: str | None, sharded: bool = False) -> tuple[str, str | None]:
+def certificate_refusal(model: Any, arithmetic: str) -> str | None:
+    """Why no certificate covers ``model`` run in ``arithmetic`` (a head of its plan whose block is
+    certified in fixed point only: the pointer certificate), or None. It only steers the choice of
+    a mode; the certificate itself never trusts the plan."""
+    model = check_model(model)
+    if arithmetic == "fixed" or not isinstance(model, CompiledModel):
+        return None
+    only = sorted({type(p.block).__name__ for p in model.plan if p.kind == "head" and p.block.fixed_point_only})
+    if not only:
+        return None
+    return (f"no certificate for {model.construction} in {arithmetic}: its {', '.join(only)} heads are certified "
+            "in fixed point only")
+
+
+def choose_mode(task: Task, model: CompiledModel, mode: str | None, sharded: bool = False,
+                arithmetic: str = "fixed") -> tuple[str, str | None]:
     """The mode to run and, when none was asked for, why it was chosen. ``mode`` given: itself if the
     task declares it (``task.modes``) and, for exhaustive, the inputs fit :data:`EXHAUSTIVE_LIMIT`
-    (``sharded``: :data:`SHARDED_EXHAUSTIVE_LIMIT`); else :class:`VerifyError` naming the modes it
+    (``sharded``: :data:`SHARDED_EXHAUSTIVE_LIMIT`) and, for certify, a certificate covers the model
+    in ``arithmetic`` (:func:`certificate_refusal`); else :class:`VerifyError` naming the modes it
     has. ``mode`` None: the strongest declared mode that applies -- certify, else exhaustive where
     the inputs fit :data:`EXHAUSTIVE_LIMIT`, else sample."""
     name = model.construction
+    gap = certificate_refusal(model, arithmetic)
     if mode is not None:
         if mode not in task.modes:
             raise VerifyError("mode", f"{lacks(name, mode)}; its modes: {' | '.join(task.modes)}")
+        if mode == "certify" and gap:
+            raise VerifyError("mode", f"{gap}; its other modes: {' | '.join(m for m in task.modes if m != mode)}")
         limit = SHARDED_EXHAUSTIVE_LIMIT if sharded else EXHAUSTIVE_LIMIT
         refusal = exhaustive_refusal(task, model, limit) if mode == "exhaustive" else None
         if refusal:
@@ -320,6 +339,8 @@ def choose_mode(task: Task, model: CompiledModel, mode: str | None, sharded: boo
     for m in MODES:
         if m not in task.modes:
             skipped.append(lacks(name, m))
+        elif m == "certify" and gap:
+            skipped.append(gap)
         elif m == "exhaustive" and exhaustive_refusal(task, model):
             skipped.append(f"{inputs_phrase(task.count(model), model.n)}, above the exhaustive limit of "
                            f"{format_count(EXHAUSTIVE_LIMIT)}")
@@ -361,7 +382,7 @@ def verify(model: Any, mode: str | None = None, fmt: Format | str | None = None,
     fmt = check_fmt(fmt)
     task = task_of(model)
     shard = check_sharding(mode, workers, scheduler)
-    mode, why = choose_mode(task, model, mode, shard)
+    mode, why = choose_mode(task, model, mode, shard, arithmetic if fmt is None or fmt.is_exact else fmt.name)
     samples, seed = check_sampling(mode, check_samples(samples), check_seed(seed))
     count = task.count(model)
     extra = dict(mode_reason=why, samples=samples if mode == "sample" else None,

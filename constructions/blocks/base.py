@@ -63,6 +63,9 @@ class HeadBlock(Block):
 
     kind: ClassVar[str] = "head"
     engine: ClassVar[str] = ""
+    #: True where the local certificate proves the head in the fixed-point format only (the verifier's
+    #: default mode then samples a model run in floats or reals instead of certifying it)
+    fixed_point_only: ClassVar[bool] = False
 
     @abstractmethod
     def emit(self, mb: Any, layer: int) -> int:
@@ -99,6 +102,7 @@ class PointerHead(HeadBlock):
     facts of the columns it reads, the facts of the columns it writes, at every position."""
 
     engine: ClassVar[str] = "pointers"
+    fixed_point_only: ClassVar[bool] = True  # verify/certify/pointer.py reads raw fixed-point values
 
     @abstractmethod
     def certify_pointer(self, ctx: "CertContext", layer: int, head: int, facts: dict[int, Any]) -> dict[int, Any]:

@@ -41,7 +41,7 @@ import dataclasses
 import math
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -76,7 +76,10 @@ class SignClip(MLPBlock):
 @dataclass(frozen=True)
 class _DerivedHead(ViewHead):
     """A head whose queries, keys and values the local certificate derives from the weights, the
-    codes' generators and the task's precondition: it reads no views (``view_columns`` is empty)."""
+    codes' generators and the task's precondition: it reads no views (``view_columns`` is empty).
+    Its certificate works on raw fixed-point values (:class:`_Form`)."""
+
+    fixed_point_only: ClassVar[bool] = True
 
     def view_columns(self, model: Any, head_weights: dict[str, np.ndarray]) -> np.ndarray:
         return np.zeros(model.d_model, dtype=bool)

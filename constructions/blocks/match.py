@@ -42,7 +42,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 from exactformer.constructions.blocks.base import CertContext, ViewHead, MLPBlock, Unproven
@@ -78,7 +78,10 @@ def ema_weight(fmt: Format, count: Any) -> Any:
 @dataclass(frozen=True)
 class MatchHead(ViewHead):
     """One softmax head computing EMA over the codes in slots ``query`` / ``key`` (see the module
-    docstring); ``default`` is the one-column slot that is 1 at the BOS token only."""
+    docstring); ``default`` is the one-column slot that is 1 at the BOS token only. Its certificate
+    works on int64 fixed-point raw values."""
+
+    fixed_point_only: ClassVar[bool] = True
 
     query: str
     key: str

@@ -30,7 +30,8 @@ from exactformer.constructions.export import ManifestError, read_manifest
 from exactformer.verify.precision_scan import find_min_precision
 from exactformer.verify.verifier import (ARITHMETICS, COUNTS_MEANING, COVERS, DEFAULT_SAMPLES, DEVICES, Report,
                                          VerifyError, check_arithmetic, check_device, check_mode, check_samples,
-                                         check_sampling, check_seed, check_sharding, choose_mode, lacks, task_of)
+                                         check_sampling, check_seed, check_sharding, certificate_refusal, choose_mode,
+                                         lacks, task_of)
 
 DEFAULT_N = 4096  # verify all
 #: verify all: random inputs of each sampled row (plus its adversarial ones) unless --samples is given; fewer
@@ -243,7 +244,8 @@ def _build(name: str, kw: dict[str, Any]) -> None:
 def _run(model: Any, v: _Verification, steps: Steps) -> Report:
     """Verify with progress (certificate steps, or a bar over the inputs)."""
     try:
-        chosen, _ = choose_mode(task_of(model), model, v.mode, v.workers is not None or v.scheduler is not None)
+        chosen, _ = choose_mode(task_of(model), model, v.mode, v.workers is not None or v.scheduler is not None,
+                                v.arithmetic)
         what = f"{chosen} {model.construction} n={model.n}" + ("" if v.arithmetic == "fixed" else f" in {v.arithmetic}")
         steps.step(what)
         total = task_of(model).count(model) if chosen == "exhaustive" else 2 * (v.samples or DEFAULT_SAMPLES)
@@ -379,8 +381,11 @@ def _plan(name: str, model: Any, v: _Verification, n: int) -> _Row:
     if mode is not None and mode not in task.modes:
         notes.append(f"{lacks(name, mode)} (its modes: {' | '.join(task.modes)}): ran in its strongest")
         mode = None
+    elif mode == "certify" and certificate_refusal(model, v.arithmetic):
+        notes.append(f"{certificate_refusal(model, v.arithmetic)}: ran in its strongest other mode")
+        mode = None
     try:
-        chosen, _ = choose_mode(task, model, mode)
+        chosen, _ = choose_mode(task, model, mode, arithmetic=v.arithmetic)
     except VerifyError as e:
         _bad(e, v.json)
     sampled = chosen == "sample"
