@@ -83,7 +83,7 @@ def test_shapes_params_and_formulas():
 
 @pytest.mark.parametrize("bad,word", [
     (dict(n=7), "n must be an even integer"), (dict(n=0), "n must be an even integer"),
-    (dict(n=1 << 26), "n must be an even integer"), (dict(n=True), "n must be an even integer"),
+    (dict(n=1 << 31), "n must be an even integer"), (dict(n=True), "n must be an even integer"),
     (dict(n=16, eta=-1), "eta must be > 0"), (dict(n=16, eta="huge"), "eta must be"),
     (dict(n=16, positions="nope"), "family"),
 ])

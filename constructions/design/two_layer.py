@@ -147,7 +147,9 @@ def average_ok(fmt: Format, T: int, b: int, saturation: bool, robust: bool | tup
 #: what a robust build tries, in order: every float arithmetic, then without float32 (whose
 #: a-priori summation bound cannot separate large counts), then exact reals alone, then the format
 #: alone (when no format up to 48 bits puts one threshold between b and b + 1 counts for both the
-#: format's rounded 1/T and the exact 1/T)
+#: format's rounded 1/T and the exact 1/T); the format alone is searched up to this many bits
+#: (Equality at N = 2^30 needs binary:int=31,frac=30, 62 bits: the weight 1/N and counts up to N)
+FORMAT_ALONE_BITS = 64
 
 
 def resolve(n: int, T: int, gram: Fraction, mu: Fraction, eta: Any, precision: Any, tol: Fraction,
@@ -197,7 +199,7 @@ def resolve(n: int, T: int, gram: Fraction, mu: Fraction, eta: Any, precision: A
         check = checker(floats)
         try:
             if precision is None:
-                fmt, auto = fewest_bits(check, max_bits=48, err=err)
+                fmt, auto = fewest_bits(check, max_bits=48 if floats else FORMAT_ALONE_BITS, err=err)
             else:
                 fmt = precision
                 auto = smallest_eta(fmt, gram, mu, T, mode, tol, offset, floats, tol_f) if fmt.is_exact else None

@@ -45,7 +45,7 @@ from exactformer.precision import Format
 THEOREM = "Thm 6 (App. F.2), Bhattamishra et al. 2024"
 CLAIM = Claim("P1 Thm 6 (Sec. 5.1, App. F.2)", "2", "2 (TF^2_{m,p,2}; built: one per layer with a residual)", "O(log N)",
               "O(log N)", "O((log N)^3) total (Sec. 5, App. A (2))")
-MAX_N = 1 << 24
+MAX_N = 1 << 30  # built and certified in O(polylog N): position codes are generators, never tables
 KEY_OFFSET = Fraction(-1, 2)  # the paper's key entry -1/2 (a per-row constant: softmax ignores it)
 
 
@@ -56,7 +56,7 @@ class EqualityError(TaskError):
 def _build(n: int, positions: Any, eta: Any, precision: Any, max_inner: Fraction, seed: int, ineq: bool,
            arithmetics: Any) -> CompiledModel:
     if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or not 2 <= n <= MAX_N or n % 2:
-        raise EqualityError(f"n must be an even integer in [2, 2^24], got {n!r}")
+        raise EqualityError(f"n must be an even integer in [2, 2^30], got {n!r}")
     n, h = int(n), int(n) // 2
     code, mu = code_for(n, positions, max_inner, seed, EqualityError)
     k, gram = int(code.k), Fraction(code.gram_scale)
@@ -129,7 +129,7 @@ def equality(n: int, positions: str = "auto", eta: Fraction | str | None = None,
 
     Parameters
     ----------
-    n : even int in [2, 2^24]. Input length N (two halves of N/2).
+    n : even int in [2, 2^30]. Input length N (two halves of N/2).
     positions : auto | reed-solomon | random | onehot (Python: also a PositionCode with at least N vectors).
     eta : robust | threshold | minimal | a number > 0. The first layer's scale. robust (default): the
         smallest that makes every worst-case row exactly one-hot in the format and within the XOR
@@ -157,7 +157,7 @@ def inequality(n: int, positions: str = "auto", eta: Fraction | str | None = Non
 
     Parameters
     ----------
-    n : even int in [2, 2^24]. Input length N (two halves of N/2).
+    n : even int in [2, 2^30]. Input length N (two halves of N/2).
     positions : auto | reed-solomon | random | onehot (Python: also a PositionCode with at least N vectors).
     eta : robust | threshold | minimal | a number > 0 (see equality).
     precision : binary:int=I,frac=F | paper:n=N,kc=K | float64 | float32 (see equality).

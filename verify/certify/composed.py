@@ -52,6 +52,7 @@ from exactformer.verify.certify.layers import (LayerWeights, computes_all, layer
                                                tracked_columns, weight, writes, written_before)
 
 CANDIDATES = 2048  # inputs the counterexample search runs when a proof step fails
+SEARCH_MAX_TOKENS = 1 << 20  # longer inputs are not run by the search (a failed proof stays "unproven")
 
 
 @dataclass
@@ -241,6 +242,9 @@ def _readout(ctx: CertContext, state: State, task: Any) -> Fraction:
 
 def _search(model: CompiledModel, task: Any, hint: dict, run: Callable) -> tuple[dict | None, str]:
     """Run the task's candidate inputs (planted from the hint first) until one is answered wrong."""
+    T = task.length(model)
+    if T > SEARCH_MAX_TOKENS:  # one candidate would hold a residual stream of T rows
+        return None, f"no counterexample search: inputs of {T} tokens are longer than the {SEARCH_MAX_TOKENS} it runs"
     n = 0
     try:
         for batch in task.candidates(model, hint, CANDIDATES):

@@ -174,14 +174,26 @@ def layer_image(arith: Any, tables: list[Box], lw: LayerWeights) -> Box:
     else:
         attn = Box.point(np.broadcast_to(lw.b_O, shape + (C,)))
     x = arith.add(x, attn)
-    return arith.add(x, mlp_image(arith, x[..., lw.ci], lw.W_in, lw.b_in, lw.W_out, lw.b_out))
+    out = arith.add(x, mlp_image(arith, x[..., lw.ci], lw.W_in, lw.b_in, lw.W_out, lw.b_out))
+    check_numbers(out, "the layer's output")
+    return out
+
+
+def check_numbers(box: Box, what: str, hint: dict | None = None) -> None:
+    """Unproven where a bound is NaN (inf - inf or inf * 0 upstream: an unbounded value): a NaN
+    compares false with everything, so no later step may read it as a bound."""
+    lo, hi = np.asarray(box.lo), np.asarray(box.hi)
+    if lo.dtype.kind == "f" and (np.isnan(lo).any() or np.isnan(hi).any()):
+        raise Unproven(f"{what} has a bound that is not a number (an unbounded value upstream)", hint or {})
 
 
 def readout_table(arith: Any, table: Box, W_U: np.ndarray, b_U: np.ndarray, where: int) -> tuple[np.ndarray, Any]:
     """The answer proved for every assignment of a view (``table`` [..., rows of W_U read]) and the
     smallest margin (the correct logit's lower bound minus every other's upper bound); Unproven
     where an assignment's answer is not determined (``where``: the position, for the hint)."""
+    check_numbers(table, f"at position {where} the residual stream", {"positions": [where]})
     logits = arith.affine(table, W_U, b_U)
+    check_numbers(logits, f"at position {where} a logit", {"positions": [where]})
     lo, hi = np.asarray(logits.lo).astype(object), np.asarray(logits.hi).astype(object)
     V = lo.shape[-1]
     best = np.argmax(lo, axis=-1)
