@@ -5,7 +5,7 @@
 | ``files`` | ``save`` / ``load``: the float and exact safetensors files and the manifest |
 | ``manifest`` | the manifest's fields, digests and refusals of modified files |
 | ``codes`` | position codes recorded as generators (or stored vectors) |
-| ``floats`` | weights as float64, the TransformerLens config and state-dict names, padding |
+| ``floats`` | weights as float64, the TransformerLens config and state-dict names, padding, ``embedding_rows`` (rows generated, not stored) |
 | ``torch_module`` | ``to_torch``: the float forward pass as a ``torch.nn.Module`` |
 | ``lens`` | ``to_transformer_lens``: a TransformerLens 4 ``TransformerBridge`` |
 
@@ -18,9 +18,10 @@ from typing import Any
 from exactformer.constructions.export.files import (DEFAULT_MATERIALIZE_LIMIT, EXACT_FILE, MANIFEST_FILE, WEIGHTS_FILE,
                                                     ExportError, ManifestError, load, read_manifest, save, tl_config,
                                                     tl_state_dict)
+from exactformer.constructions.export.floats import embedding_rows
 
 __all__ = ["save", "load", "read_manifest", "to_torch", "to_transformer_lens", "tl_config", "tl_state_dict",
-           "ExportError", "ManifestError", "DEFAULT_MATERIALIZE_LIMIT", "WEIGHTS_FILE", "EXACT_FILE", "MANIFEST_FILE"]
+           "embedding_rows", "ExportError", "ManifestError", "DEFAULT_MATERIALIZE_LIMIT", "WEIGHTS_FILE", "EXACT_FILE", "MANIFEST_FILE"]
 
 
 def __getattr__(name: str) -> Any:

@@ -234,6 +234,8 @@ def save(model: CompiledModel, out_dir: str | os.PathLike, dense: bool = True,
         }
         if materialized:
             floats[key] = embedding_float(emb)
+        else:
+            layout[prefix]["not_materialized"] = not_materialized(key, emb, layout[prefix]["blocks"])
 
     # ---- non-embedding weights --------------------------------------------------------------------
     tensors: dict[str, Any] = {}
@@ -293,6 +295,24 @@ def save(model: CompiledModel, out_dir: str | os.PathLike, dense: bool = True,
     text = dumps_manifest(manifest)
     _atomic(out / MANIFEST_FILE, lambda p: p.write_text(text))
     return out
+
+
+def not_materialized(key: str, emb: Embedding, blocks: list[dict[str, Any]]) -> dict[str, Any]:
+    """What the manifest says of an embedding left out of ``model.safetensors``: that it is not
+    materialised (its size), how a client regenerates row r, and the function that does it."""
+    entries = emb.n_rows * emb.d_model
+    polys = {str(rec["code"]): int(b.code.field.poly) for rec, b in zip(blocks, emb.blocks) if hasattr(b.code, "field")}
+    return {
+        "statement": (f"{key} [{emb.n_rows} x {emb.d_model}] ({entries} float64 entries, {8 * entries} bytes) is not "
+                      "materialised in any file. Row r is generated: the table row r - table.first_row (where r "
+                      "lies in the table), plus, for every block with first_row <= r < first_row + count, scale "
+                      "times vector code_start + r - first_row of codes[code] in columns col .. col + k - 1 (a "
+                      "Reed-Solomon∘Hadamard vector i: entry x*q + b is (-1)^popcount(f_i(x) & b), f_i the "
+                      "polynomial over GF(2^m) whose coefficients are the base-q digits of i, the field taken "
+                      "modulo field_polys[code]; docs/exports.md, 'Generated rows')."),
+        "function": "exactformer.constructions.export.embedding_rows(model, which, rows)",
+        "field_polys": polys,
+    }
 
 
 # ------------------------------------------------------------------------------------------------

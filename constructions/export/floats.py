@@ -148,6 +148,16 @@ def embedding_rows_float(emb: Embedding, rows: np.ndarray) -> np.ndarray:
     return to_float64(v.num, v.den)[0]
 
 
+def embedding_rows(model: Any, which: str, rows: Any) -> np.ndarray:
+    """Float64 rows ``[len(rows), d_model]`` of ``model``'s ``which`` ("embed": W_E, "pos_embed":
+    W_pos), generated from the code blocks' generators (:meth:`Embedding.values`, which the exact
+    executor's :meth:`Embedding.raw_reader` mirrors in the format): what a client of a file whose
+    embedding is not materialised calls instead of indexing a table (the torch module does)."""
+    if which not in ("embed", "pos_embed"):
+        raise ExportError(f"which must be 'embed' or 'pos_embed', got {which!r}")
+    return embedding_rows_float(getattr(getattr(model, "compiled", model), which), np.asarray(rows, dtype=np.int64))
+
+
 def tl_state_dict(model: CompiledModel, materialize_limit: int | None = None) -> dict[str, np.ndarray]:
     """HookedTransformer state dict (numpy float64, TL names and shapes, correctly rounded).
 
