@@ -66,7 +66,7 @@ class Model:
 
     @staticmethod
     def _is_batch(inputs: Any) -> bool:
-        return isinstance(inputs, list) and len(inputs) > 0 and isinstance(inputs[0], (list, tuple, np.ndarray))
+        return isinstance(inputs, list) and len(inputs) > 0 and isinstance(inputs[0], (list, tuple, np.ndarray, str))
 
     def _format(self, precision: Format | str | None) -> Format:
         p = precision if precision is not None else (self.compiled.precision or "float64")

@@ -1,7 +1,8 @@
 """Random hand-built models for oracle tests: weights that no builder would write, with the
 structure the executor's shortcuts key on (columns that only the token or only the positional
 embedding fills, projections that read only some of them, columns no block writes, causal
-layers, several answer positions)."""
+layers, several answer positions); and random recurrent models (fractional or integer weights,
+the recurrent executor's two paths)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from fractions import Fraction
 import numpy as np
 
 from exactformer.constructions.core.ir import MLP, Attention, TransformerBlock, CodeBlock, CompiledModel, Embedding, ExactTensor
+from exactformer.constructions.core.recurrent import RNNModel, SparseRows
 from exactformer.constructions.codes.positions import position_codes
 
 
@@ -72,3 +74,21 @@ def random_model(seed: int, n_layers: int = 2, vocab: int = 5, T: int = 6, n_ans
     return CompiledModel(construction="random", theorem="", n=T, embed=embed, pos_embed=pos_embed,
                          blocks=blocks, W_U=W_U, b_U=_rand(rng, (3,), 4, 4, 0.5),
                          vocab=[f"t{i}" for i in range(vocab)], answers=[0, 1, 2], answer_positions=answers)
+
+
+def random_rnn(seed: int, vocab: int = 4, d_input: int = 3, hidden: int = 6, width: int = 3,
+               den: int = 4) -> RNNModel:
+    """A random recurrent model: weights multiples of 1/``den`` in [-2, 2] (``den=1``: integers,
+    the executor's integer path), ``width`` stored entries per recurrent row, a random h_0, three
+    answers read at the last position."""
+    rng = np.random.default_rng(seed)
+    rows = np.repeat(np.arange(hidden), width)
+    cols = rng.integers(0, hidden, size=rows.size)
+    vals = rng.integers(-2 * den, 2 * den + 1, size=rows.size)
+    return RNNModel(construction="random", theorem="", n=5,
+                    embed=_rand(rng, (vocab, d_input), den, 2 * den, 0.8),
+                    W_ih=_rand(rng, (hidden, d_input), den, 2 * den, 0.6),
+                    W_hh=SparseRows.from_entries(rows, cols, vals, (hidden, hidden), den),
+                    b=_rand(rng, (hidden,), den, 2 * den, 0.5), h0=_rand(rng, (hidden,), den, 2 * den, 0.5),
+                    W_U=_rand(rng, (hidden, 3), den, 2 * den, 0.7), b_U=_rand(rng, (3,), den, 2 * den, 0.5),
+                    vocab=[f"t{i}" for i in range(vocab)], answers=[0, 1, 2])

@@ -18,6 +18,7 @@ from typer.testing import CliRunner
 
 import exactformer as xf
 from exactformer.constructions.core import registry
+from exactformer.constructions.core.task import EXHAUSTIVE_LIMIT
 from exactformer.constructions.theorems.index_lookup import IndexLookupTask
 from exactformer.cli.commands import ALL_SAMPLES
 from exactformer.cli.main import app
@@ -228,12 +229,16 @@ def test_verify_all_small():
     assert r.exit_code == 0 and d["passed"] and d["n"] == 16 and d["mode"] is None and d["samples"] == ALL_SAMPLES
     assert [x["name"] for x in d["reports"]] == registry.names()
     # every row in the strongest mode its construction declares: a certificate where there is one, else
-    # exhaustive where the inputs fit, else sampled (prefix-sums, the MPC simulation, has no certificate)
+    # exhaustive where the inputs fit (the recurrent Index Lookup and Equality at N = 16), else sampled
+    # (prefix-sums, the MPC simulation, and the recurrent MQAR have no certificate)
     for x in d["reports"]:
         assert REPORT_KEYS <= set(x) and x["precision"] and x["note"] is None, x["name"]
         if "certify" in registry.get(x["name"]).task.modes:
             assert x["mode"] == "certify" and x["mode_reason"].startswith("certify"), x["name"]
             assert (x["samples"], x["seed"]) == (None, None)
+        elif _fits(x):
+            assert x["mode"] == "exhaustive" and "no certificate" in x["mode_reason"], x
+            assert x["inputs_covered"] == _inputs(x) and (x["samples"], x["seed"]) == (None, None)
         else:
             assert x["mode"] == "sample" and "no certificate" in x["mode_reason"], x
             assert (x["samples"], x["seed"]) == (ALL_SAMPLES, 0)
@@ -247,6 +252,18 @@ def test_verify_all_small():
     r = invoke("verify", "all", "--n", "16", "--mode", "sample", "--samples", "4")
     row = next(line for line in r.stdout.splitlines() if line.startswith("k-hop "))
     assert " sample " in row and "of 16^16 (4 random, seed 0" in row
+
+
+def _inputs(report: dict) -> int:
+    """How many inputs a row of ``verify all`` has (its model built again at the row's N with the
+    construction's defaults, as verify all builds it)."""
+    c = registry.get(report["name"])
+    return c.task.count(c.builder(report["n"]))
+
+
+def _fits(report: dict) -> bool:
+    """Whether the inputs of a row of ``verify all`` fit the exhaustive limit."""
+    return _inputs(report) <= EXHAUSTIVE_LIMIT
 
 
 def test_verify_all_samples_without_a_sampled_row(monkeypatch):
@@ -274,7 +291,7 @@ def test_verify_all_with_a_mode_some_rows_lack(uncertified):
         if x["name"] == uncertified:
             assert x["mode"] == "exhaustive" and "no certificate for" in x["note"] and x["inputs_covered"] == 2**8 * 8
         elif "certify" not in registry.get(x["name"]).task.modes:
-            assert x["mode"] == "sample" and "no certificate for" in x["note"], x
+            assert x["mode"] == ("exhaustive" if _fits(x) else "sample") and "no certificate for" in x["note"], x
         else:
             assert x["mode"] == "certify" and x["note"] is None and x["mode_reason"] is None
 

@@ -24,7 +24,7 @@ from typing import Any, Callable, Iterable
 import numpy as np
 
 from exactformer.constructions.core import registry
-from exactformer.constructions.core.ir import CompiledModel, IRError
+from exactformer.constructions.core.ir import CompiledModel, IRError, ModelIR
 from exactformer.constructions.core.task import EXHAUSTIVE_LIMIT, MODES, Batch, Task, count_log2, format_count, inputs_phrase
 from exactformer.precision import Format, float_format, parse_format
 from exactformer.verify.certify.composed import certify
@@ -192,7 +192,7 @@ def _is_int(value: Any) -> bool:
 def check_model(model: Any) -> CompiledModel:
     """The built model behind ``model`` (an ``xf.Model`` or a compiled model)."""
     model = getattr(model, "compiled", model)
-    if not isinstance(model, CompiledModel):
+    if not isinstance(model, ModelIR):
         raise VerifyError("model", f"must be a built construction (xf.build / xf.load), got {type(model).__name__}")
     return model
 
@@ -306,7 +306,7 @@ def certificate_refusal(model: Any, arithmetic: str) -> str | None:
     certified in fixed point only: the pointer certificate), or None. It only steers the choice of
     a mode; the certificate itself never trusts the plan."""
     model = check_model(model)
-    if arithmetic == "fixed" or not isinstance(model, CompiledModel):
+    if arithmetic == "fixed":
         return None
     only = sorted({type(p.block).__name__ for p in model.plan if p.kind == "head" and p.block.fixed_point_only})
     if not only:

@@ -52,6 +52,11 @@ def shapes_only():
         _SHAPES_ONLY.reset(token)
 
 
+def shapes_requested() -> bool:
+    """Whether the caller is inside :func:`shapes_only` (builders that assemble their own models ask)."""
+    return _SHAPES_ONLY.get()
+
+
 class ShapeOnlyModel:
     """A model's shape and the fields its builder records (``params``, ``precision``, ...), without
     weights: :meth:`summary` carries the size keys of :meth:`CompiledModel.summary`. Representability
@@ -80,7 +85,8 @@ class ShapeOnlyModel:
 
     def summary(self) -> dict[str, Any]:
         sh = self.model_shape
-        return {"construction": self.construction, "n": self.n, "layers": len(sh.layers), "heads": sh.heads,
+        return {"construction": self.construction, "n": self.n, "architecture": sh.architecture,
+                "layers": len(sh.layers), "heads": sh.heads,
                 "d_model": sh.d_model, "d_head": sh.d_head, "d_mlp": sh.d_mlp, "width": sh.width,
                 "d_vocab_out": sh.d_vocab_out, "parameters": sh.parameters, "precision": self.precision,
                 "params": {k: p.to_json() for k, p in self.params.items()}}

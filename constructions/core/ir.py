@@ -339,6 +339,7 @@ class ModelShape:
     layers: tuple[tuple[int, int, int], ...]
     d_vocab_out: int
     table_rows: int
+    architecture = "transformer"
 
     @property
     def parameters(self) -> int:
@@ -445,8 +446,40 @@ def split_inputs(model: "CompiledModel", tokens: Any) -> tuple[np.ndarray, Exact
     return t, v
 
 
+class ModelIR:
+    """What every built model is, whatever its architecture: a construction's exact weights with its
+    vocabularies, answers and metadata. :class:`CompiledModel` (a transformer) and
+    :class:`~exactformer.constructions.core.recurrent.RNNModel` (a recurrent model) are the two kinds;
+    the layers above (executor, certificate, exports, the API) reach the kind-specific parts through
+    one dispatch point each (``functools.singledispatch`` on the model's class), never by asking
+    which kind they hold. Subclasses provide ``construction``, ``theorem``, ``n``, ``answers``,
+    ``answer_positions``, ``params``, ``precision``, ``task_params`` and the shape facts ``n_layers``,
+    ``n_heads``, ``width``, ``parameter_count()``, ``size_bits(p)``, ``summary()``,
+    ``weights_raw(fmt)`` and ``fingerprint()``."""
+
+    answers: list[Any]
+    answer_positions: tuple[int, ...] | None
+
+    def answer_positions_for(self, T: int) -> np.ndarray:
+        """The positions whose logits are answers, for an input of length ``T`` (0-based)."""
+        if self.answer_positions is None:
+            return np.array([T - 1], dtype=np.int64)
+        pos = np.asarray(self.answer_positions, dtype=np.int64)
+        if pos.size == 0 or pos.min() < 0 or pos.max() >= T:
+            raise IRError(f"answer positions {list(pos[:4])}... do not fit an input of length {T}")
+        return pos
+
+    @property
+    def output_vocab(self) -> list[str]:
+        return [str(a) for a in self.answers]
+
+    def decode(self, logits: np.ndarray) -> Any:
+        """The answer for one row of last-position logits [d_vocab_out] (argmax; ties -> lowest)."""
+        return self.answers[int(np.argmax(np.asarray(logits)))]
+
+
 @dataclass
-class CompiledModel:
+class CompiledModel(ModelIR):
     """A compiled construction: exact weights, vocabularies and metadata.
 
     ``vocab[i]`` names input token i; ``output_vocab[i]`` is ``str()`` of the answer logit i stands
@@ -473,15 +506,6 @@ class CompiledModel:
     plan: list[Any] = field(default_factory=list)  # blocks and where they sit (assemble.Placement)
     vector_input: VectorInput | None = None  # token ids whose inputs carry an exact vector
     position_code: Any = None  # the construction's position code (a PositionCode), recorded in saved files
-
-    def answer_positions_for(self, T: int) -> np.ndarray:
-        """The positions whose logits are answers, for an input of length ``T`` (0-based)."""
-        if self.answer_positions is None:
-            return np.array([T - 1], dtype=np.int64)
-        pos = np.asarray(self.answer_positions, dtype=np.int64)
-        if pos.size == 0 or pos.min() < 0 or pos.max() >= T:
-            raise IRError(f"answer positions {list(pos[:4])}... do not fit an input of length {T}")
-        return pos
 
     def fingerprint(self) -> str:
         """sha256 of everything the forward pass depends on: weights, embeddings (tables and the
@@ -512,10 +536,6 @@ class CompiledModel:
         return self.embed.n_rows
 
     @property
-    def output_vocab(self) -> list[str]:
-        return [str(a) for a in self.answers]
-
-    @property
     def n_layers(self) -> int:
         return len(self.blocks)
 
@@ -535,10 +555,6 @@ class CompiledModel:
     def width(self) -> int:
         """The paper's width max(m, d): m = d_head (projection rows), d = d_model."""
         return max(self.d_model, self.d_head)
-
-    def decode(self, logits: np.ndarray) -> Any:
-        """The answer for one row of last-position logits [d_vocab_out] (argmax; ties -> lowest)."""
-        return self.answers[int(np.argmax(np.asarray(logits)))]
 
     # ---- size accounting -----------------------------------------------------------------
     def tensors(self) -> dict[str, ExactTensor]:
@@ -578,6 +594,7 @@ class CompiledModel:
         return {
             "construction": self.construction,
             "theorem": self.theorem,
+            "architecture": "transformer",
             "n": self.n,
             "layers": self.n_layers,
             "heads": self.n_heads,

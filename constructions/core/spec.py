@@ -10,7 +10,11 @@ the specification evaluates to the ground truth on all inputs at small N.
 * :class:`CountThreshold`: the answer is ``[sum_i f_i > b]`` (negated if ``negate``), each feature
   f_i a 0/1 function of the tokens at a few positions (Equality, thresholds of k-sparse features);
 * :class:`ExistsMatch`: the answer at position i is ``[#{j : key(tok_j) = query(tok_i)} >= 1]``
-  (Match2, P2 Def. 5.1: does some token pair with this one).
+  (Match2, P2 Def. 5.1: does some token pair with this one);
+* :class:`Automaton`: the answer after the last token is whether a finite automaton accepts the
+  string (bounded Dyck, P1 App. E: "each Dyck-(n, k) is a regular language"); the recurrent
+  certificate (:mod:`exactformer.verify.certify.recurrent`) compares a model with it on every
+  string of every length.
 """
 
 from __future__ import annotations
@@ -361,3 +365,40 @@ class NearestLabel:
             c, s = np.argwhere(got != exp)[0]
             raise Unproven(f"at position {q} with candidate {int(cv.domain[c])} and label token {int(pv.domain[s])} the "
                            f"proved answer is {int(got[c, s])}, the task's is {int(exp[0, s])}", {"positions": [q]})
+
+
+REJECT = -1  # the automaton's reject sink: no transition leaves it and it accepts nothing
+
+
+@dataclass
+class Automaton:
+    """A deterministic finite automaton over token ids: ``delta[q, token]`` is the next state
+    (:data:`REJECT`: the reject sink), ``start`` the start state, ``accept[q]`` whether q accepts;
+    ``answer_index`` the answer index of (reject, accept)."""
+
+    delta: np.ndarray  # [Q, d_vocab] int64
+    start: int
+    accept: np.ndarray  # [Q] bool
+    answer_index: tuple[int, int]
+
+    @property
+    def states(self) -> int:
+        return int(self.delta.shape[0])
+
+    def run(self, tokens: np.ndarray) -> np.ndarray:
+        """The state after each string of ``tokens`` [B, T] (REJECT once rejected)."""
+        t = np.asarray(tokens, dtype=np.int64)
+        q = np.full(len(t), self.start, dtype=np.int64)
+        for j in range(t.shape[1]):
+            live = q != REJECT
+            q = np.where(live, self.delta[np.where(live, q, 0), t[:, j]], REJECT)
+        return q
+
+    def accepts(self, states: np.ndarray) -> np.ndarray:
+        """Whether each of ``states`` (REJECT allowed) accepts."""
+        states = np.asarray(states, dtype=np.int64)
+        return np.where(states == REJECT, False, self.accept[np.where(states == REJECT, 0, states)])
+
+    def evaluate(self, tokens: np.ndarray) -> np.ndarray:
+        """The answer index for each string of ``tokens`` [B, T]."""
+        return np.where(self.accepts(self.run(tokens)), self.answer_index[1], self.answer_index[0])

@@ -25,13 +25,14 @@ from __future__ import annotations
 import importlib.metadata
 
 import contextlib
+import functools
 import json
 import math
 import os
 from collections.abc import Mapping
 from fractions import Fraction
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 from safetensors import safe_open
@@ -68,6 +69,7 @@ from exactformer.constructions.export.manifest import (
 )
 from exactformer.constructions.core.ir import (
     MLP,
+    ModelIR,
     Attention,
     TransformerBlock,
     CodeBlock,
@@ -135,7 +137,7 @@ def _embedding_exactness(emb: Embedding) -> tuple[int, list[Fraction]]:
     return den, inexact
 
 
-def _tensor_entry(name: str, num: np.ndarray, den: int, inexact: list[Fraction], exact: dict, manifest_big: dict,
+def tensor_entry(name: str, num: np.ndarray, den: int, inexact: list[Fraction], exact: dict, manifest_big: dict,
                   extra: dict | None = None) -> dict[str, Any]:
     """The manifest entry of an exact tensor ``num / den``, its nonzero numerators stored sparsely:
     flat indices ``{name}.index`` and numerators ``{name}.numerators`` (int64) in the exact file."""
@@ -161,7 +163,7 @@ def _tensor_entry(name: str, num: np.ndarray, den: int, inexact: list[Fraction],
     return entry
 
 
-def _certified_json(value: Any) -> dict[str, list[str]] | None:
+def certified_json(value: Any) -> dict[str, list[str]] | None:
     """``certified_arithmetics`` as the manifest records it (None: nothing recorded)."""
     if value is None:
         return None
@@ -173,7 +175,7 @@ def _certified_json(value: Any) -> dict[str, list[str]] | None:
     return {k: list(value.get(k, ())) for k in CERTIFIED_KEYS}
 
 
-def _atomic(path: Path, write) -> None:
+def atomic_write(path: Path, write) -> None:
     """Write via a temporary file and rename, with the usual umask-based permissions."""
     tmp = path.with_name(path.name + ".tmp")
     write(tmp)
@@ -183,9 +185,27 @@ def _atomic(path: Path, write) -> None:
     os.replace(tmp, path)
 
 
-def save(model: CompiledModel, out_dir: str | os.PathLike, dense: bool = True,
-         materialize_limit: int = DEFAULT_MATERIALIZE_LIMIT,
+@functools.singledispatch
+def save(model: Any, out_dir: str | os.PathLike, dense: bool = True, materialize_limit: int = DEFAULT_MATERIALIZE_LIMIT,
          certified_arithmetics: Mapping[str, list[str]] | None = None) -> Path:
+    """Write ``model`` to ``out_dir``: the files of the model's kind (a transformer's below; a
+    recurrent model's in :mod:`exactformer.constructions.export.recurrent`), registered next to
+    each implementation."""
+    raise ExportError(f"model: no export for a {type(model).__name__}")
+
+
+def check_save_options(dense: Any, materialize_limit: Any) -> None:
+    """``dense`` a bool and ``materialize_limit`` an integer >= 0, or ExportError naming them."""
+    if not isinstance(dense, bool):
+        raise ExportError(f"dense must be True (dense float file) or False (compact), got {dense!r}")
+    if isinstance(materialize_limit, bool) or not isinstance(materialize_limit, (int, np.integer)) or materialize_limit < 0:
+        raise ExportError(f"materialize_limit must be an integer >= 0, got {materialize_limit!r}")
+
+
+@save.register
+def save_transformer(model: CompiledModel, out_dir: str | os.PathLike, dense: bool = True,
+                     materialize_limit: int = DEFAULT_MATERIALIZE_LIMIT,
+                     certified_arithmetics: Mapping[str, list[str]] | None = None) -> Path:
     """Write ``model`` to ``out_dir`` (created if needed); returns the directory as a Path.
 
     Files: ``model.safetensors`` (float64, TransformerLens names only), ``model.exact.safetensors``
@@ -199,11 +219,8 @@ def save(model: CompiledModel, out_dir: str | os.PathLike, dense: bool = True,
     recorded as given (default None: the manifest claims nothing).
     """
     check_shapes(model)
-    if not isinstance(dense, bool):
-        raise ExportError(f"dense must be True (dense float file) or False (compact), got {dense!r}")
-    if isinstance(materialize_limit, bool) or not isinstance(materialize_limit, (int, np.integer)) or materialize_limit < 0:
-        raise ExportError(f"materialize_limit must be an integer >= 0, got {materialize_limit!r}")
-    certified = _certified_json(certified_arithmetics)
+    check_save_options(dense, materialize_limit)
+    certified = certified_json(certified_arithmetics)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
 
@@ -226,7 +243,7 @@ def save(model: CompiledModel, out_dir: str | os.PathLike, dense: bool = True,
             "den": int(den),
             "exact_in_float64": not inexact,
             **({"inexact_values": [frac_str(f) for f in inexact[:_MAX_LISTED_INEXACT]]} if inexact else {}),
-            "table": _tensor_entry(f"{prefix}.table", t.num, t.den, to_float64(t.num, t.den)[1], exact, big,
+            "table": tensor_entry(f"{prefix}.table", t.num, t.den, to_float64(t.num, t.den)[1], exact, big,
                                    {"first_row": emb.table_first_row}),
             "blocks": [{"code": codes.ref(b.code, b.code_start + b.count), "first_row": b.first_row, "count": b.count,
                         "col": b.col, "code_start": b.code_start, "scale": frac_str(Fraction(b.scale))}
@@ -243,7 +260,7 @@ def save(model: CompiledModel, out_dir: str | os.PathLike, dense: bool = True,
         f, inexact = to_float64(t.num, t.den)
         if dense:
             floats[name] = np.ascontiguousarray(pad(f, tl_shape(model, name)))
-        tensors[name] = _tensor_entry(name, t.num, t.den, inexact, exact, big, {"tl_shape": list(tl_shape(model, name))})
+        tensors[name] = tensor_entry(name, t.num, t.den, inexact, exact, big, {"tl_shape": list(tl_shape(model, name))})
 
     # ---- the construction's position code ------------------------------------------------------------
     code = model.position_code
@@ -255,7 +272,7 @@ def save(model: CompiledModel, out_dir: str | os.PathLike, dense: bool = True,
     meta = {"format": "pt"}  # one key each: safetensors writes metadata in arbitrary order, files stay reproducible
     files: dict[str, Any] = {}
     if dense:
-        _atomic(wpath, lambda p: save_file({k: np.ascontiguousarray(v) for k, v in floats.items()}, str(p), metadata=meta))
+        atomic_write(wpath, lambda p: save_file({k: np.ascontiguousarray(v) for k, v in floats.items()}, str(p), metadata=meta))
         files[WEIGHTS_FILE] = {"sha256": sha256_file(wpath), "bytes": wpath.stat().st_size,
                                "keys": {k: "float64" for k in sorted(floats)}}
     elif wpath.exists():  # a dense export's float file would no longer match the exact one
@@ -265,6 +282,7 @@ def save(model: CompiledModel, out_dir: str | os.PathLike, dense: bool = True,
         "format": FORMAT_NAME,
         "format_version": FORMAT_VERSION,
         "exactformer_version": importlib.metadata.version("exactformer"),
+        "architecture": "transformer",
         **{name: to_json(getattr(model, name)) for name, (to_json, _) in MODEL_FIELDS.items()},
         "summary": model.summary(),
         "output_vocab": model.output_vocab,
@@ -290,10 +308,10 @@ def save(model: CompiledModel, out_dir: str | os.PathLike, dense: bool = True,
     }
     manifest = jsonable(manifest)  # exactly what load() will read back
     digests = json.dumps(field_digests(manifest), separators=(",", ":"))
-    _atomic(epath, lambda p: save_file(exact, str(p), metadata={DIGESTS_KEY: digests}))
+    atomic_write(epath, lambda p: save_file(exact, str(p), metadata={DIGESTS_KEY: digests}))
     manifest["files"][EXACT_FILE].update(sha256=sha256_file(epath), bytes=epath.stat().st_size)
     text = dumps_manifest(manifest)
-    _atomic(out / MANIFEST_FILE, lambda p: p.write_text(text))
+    atomic_write(out / MANIFEST_FILE, lambda p: p.write_text(text))
     return out
 
 
@@ -336,8 +354,9 @@ def _sample_rows(emb: Embedding, seed: int = 0) -> np.ndarray:
     return np.array(sorted(r for r in rows if 0 <= r < emb.n_rows), dtype=np.int64)
 
 
-def load(out_dir: str | os.PathLike) -> CompiledModel:
-    """Rebuild the exact model saved by :func:`save` in ``out_dir``.
+def load(out_dir: str | os.PathLike) -> ModelIR:
+    """Rebuild the exact model saved by :func:`save` in ``out_dir`` (the manifest's ``architecture``
+    picks the loader, :data:`LOADERS`).
 
     Checks, each failure a :class:`ManifestError` naming the file (and the field): both weight
     files match their sha256 and every manifest field its digest (:func:`read_manifest`); every
@@ -348,17 +367,21 @@ def load(out_dir: str | os.PathLike) -> CompiledModel:
     """
     d = Path(out_dir)
     man = read_manifest(d)
+    architecture = man.get("architecture", "transformer")
+    if architecture not in LOADERS:
+        raise ManifestError(f"{d / MANIFEST_FILE}: field architecture {architecture!r} is not one of {sorted(LOADERS)}")
     try:
-        return _build(d, man)
+        return LOADERS[architecture](d, man)
     except ManifestError:
         raise
     except (KeyError, TypeError, ValueError, IndexError, IRError) as e:
         raise ManifestError(f"{d / MANIFEST_FILE}: malformed or inconsistent manifest: {type(e).__name__}: {e}") from e
 
 
-def _build(d: Path, man: dict[str, Any]) -> CompiledModel:
-    wpath, epath = d / WEIGHTS_FILE, d / EXACT_FILE
-    exact = load_file(str(epath))
+def exact_reader(d: Path, man: dict[str, Any], exact: dict[str, np.ndarray]) -> Callable[[dict[str, Any], str], ExactTensor]:
+    """A function ``(manifest entry, where) -> ExactTensor`` reading a tensor written by
+    :func:`tensor_entry` from the exact file's arrays ``exact`` (or the manifest's big numerators)."""
+    epath = d / EXACT_FILE
     big = man.get("big_numerators", {})
 
     def stored(ref: str, where: str) -> np.ndarray:
@@ -378,6 +401,15 @@ def _build(d: Path, man: dict[str, Any]) -> CompiledModel:
         num = np.zeros(size, dtype=object if values.dtype == object else np.int64)
         num[index] = values
         return ExactTensor(num.reshape(shape), int(entry["den"]))
+
+    return tensor
+
+
+def _build(d: Path, man: dict[str, Any]) -> CompiledModel:
+    """The transformer of an export directory (its manifest already checked)."""
+    wpath, epath = d / WEIGHTS_FILE, d / EXACT_FILE
+    exact = load_file(str(epath))
+    tensor = exact_reader(d, man, exact)
 
     codes = rebuild(man["codes"], exact)
     dense_file = WEIGHTS_FILE in man["files"]
@@ -439,3 +471,8 @@ def _build(d: Path, man: dict[str, Any]) -> CompiledModel:
     check_shapes(model)
     return model
 
+
+
+#: the manifest's ``architecture`` -> the loader of its models ``(directory, manifest) -> model``
+#: (:mod:`exactformer.constructions.export.recurrent` adds "recurrent" next to its implementation)
+LOADERS: dict[str, Callable[[Path, dict[str, Any]], ModelIR]] = {"transformer": _build}

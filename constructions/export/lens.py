@@ -4,6 +4,7 @@ docs/exports.md, "TransformerLens 4.x")."""
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Any
 
@@ -15,7 +16,16 @@ from exactformer.constructions.core.ir import CompiledModel
 LENS_HINT = "pip install 'exactformer[lens]'"
 
 
-def to_transformer_lens(model: CompiledModel, dtype: Any = None, device: Any = None):
+@functools.singledispatch
+def to_transformer_lens(model: Any, dtype: Any = None, device: Any = None):
+    """A TransformerLens 4.x ``TransformerBridge`` running ``model``: transformers only (a
+    recurrent model has no TransformerLens form; ``to_torch`` gives its ``torch.nn.RNN``)."""
+    raise ExportError(f"model: {getattr(model, 'construction', type(model).__name__)} is not a transformer: "
+                      "TransformerLens runs transformers only (to_torch gives its torch module)")
+
+
+@to_transformer_lens.register
+def to_transformer_lens_transformer(model: CompiledModel, dtype: Any = None, device: Any = None):
     """A TransformerLens 4.x ``TransformerBridge`` running ``model`` (optional extra ``[lens]``).
 
     Built with ``TransformerBridge.boot_native`` on a ``TransformerBridgeConfig(...,

@@ -3,17 +3,28 @@
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import numpy as np
 import torch
 from torch import nn
 
-from exactformer.constructions.export.floats import embedding_rows_float, to_float64, warn_arithmetic
+from exactformer.constructions.export.floats import ExportError, embedding_rows_float, to_float64, warn_arithmetic
 from exactformer.constructions.core.ir import CompiledModel, Embedding, check_shapes
+from exactformer.constructions.core.recurrent import RNNModel
+from exactformer.constructions.export.recurrent import STATE_DICT, ZERO_BIAS, exact_tensors
 
 
-def to_torch(model: CompiledModel, dtype: Any = None, device: Any = None) -> "ExactformerTorch":
+@functools.singledispatch
+def to_torch(model: Any, dtype: Any = None, device: Any = None) -> nn.Module:
+    """The float forward pass of ``model`` as a ``torch.nn.Module``: the module of the model's kind
+    (a transformer's :class:`ExactformerTorch`, a recurrent model's :class:`RecurrentTorch`)."""
+    raise ExportError(f"model: no torch module for a {type(model).__name__}")
+
+
+@to_torch.register
+def to_torch_transformer(model: CompiledModel, dtype: Any = None, device: Any = None) -> nn.Module:
     """The float forward pass of ``model`` as a ``torch.nn.Module`` (default dtype float64).
 
     ``forward(tokens [B, T] long) -> logits [B, T, d_vocab_out]`` with HookedTransformer semantics
@@ -119,3 +130,49 @@ class ExactformerTorch(nn.Module):
     def decode(self, logits) -> list[Any]:
         """Answers for logits [B, T, d_vocab_out] (last position; ties -> lowest index)."""
         return [self.answers[int(i)] for i in logits[:, -1, :].argmax(dim=-1).tolist()]
+
+
+@to_torch.register
+def to_torch_recurrent(model: RNNModel, dtype: Any = None, device: Any = None) -> nn.Module:
+    """The float forward pass of a recurrent model (default dtype float64): a ``torch.nn.RNN``
+    between an embedding and a linear readout, with exactly the state dict of ``model.safetensors``
+    (:mod:`exactformer.constructions.export.recurrent`). Warns (:class:`ArithmeticWarning`) when the
+    build did not check ``dtype``'s arithmetic."""
+    dtype = torch.float64 if dtype is None else dtype
+    warn_arithmetic(model, str(dtype).removeprefix("torch."), "to_torch")
+    return RecurrentTorch(model, dtype, device)
+
+
+class RecurrentTorch(nn.Module):
+    """``forward(tokens [B, T] long) -> logits [B, T, d_vocab_out]``: embed, ``torch.nn.RNN``
+    (relu, one layer, batch_first) from the initial state ``h0``, then ``readout`` at every position."""
+
+    def __init__(self, model: RNNModel, dtype, device=None):
+        super().__init__()
+        model.check()
+        self.exact_model = model
+        self.answers = list(model.answers)
+        self.embed = nn.Embedding(model.d_vocab, model.d_input, dtype=dtype, device=device)
+        self.rnn = nn.RNN(model.d_input, model.hidden, num_layers=1, nonlinearity="relu", bias=True, batch_first=True,
+                          dtype=dtype, device=device)
+        self.readout = nn.Linear(model.hidden, len(model.answers), dtype=dtype, device=device)
+        self.register_buffer("h0", torch.zeros(model.hidden, dtype=dtype, device=device))
+        state = {ZERO_BIAS: torch.zeros(model.hidden, dtype=dtype)}
+        for name, t in exact_tensors(model).items():
+            key, transposed = STATE_DICT[name]
+            f = to_float64(t.num, t.den)[0]
+            state[key] = torch.as_tensor(f.T if transposed else f, dtype=dtype)
+        self.load_state_dict(state, strict=True)
+        self.requires_grad_(False)
+
+    def forward(self, tokens):
+        tokens = torch.as_tensor(tokens, device=self.h0.device)
+        if tokens.dim() == 1:
+            tokens = tokens[None]
+        if tokens.dim() != 2 or tokens.shape[1] < 1 or tokens.dtype in (torch.float16, torch.float32, torch.float64,
+                                                                          torch.bool):
+            raise ValueError(f"tokens must be an integer tensor [B, T], T >= 1, got {tuple(tokens.shape)} {tokens.dtype}")
+        if tokens.numel() and (int(tokens.min()) < 0 or int(tokens.max()) >= self.embed.num_embeddings):
+            raise ValueError(f"token ids must lie in [0, d_vocab={self.embed.num_embeddings})")
+        h, _ = self.rnn(self.embed(tokens), self.h0.expand(1, tokens.shape[0], -1).contiguous())
+        return self.readout(h)

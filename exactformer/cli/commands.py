@@ -196,7 +196,7 @@ def _construct(name: str, kw: dict[str, Any], as_json: bool, steps: Steps) -> tu
     """The model built from its command-line options by ``xf.build`` (and the builder keywords used)."""
     try:
         kwargs = builder_kwargs(name, kw)
-        steps.step(f"build {name} n={kwargs['n']}")
+        steps.step(f"build {name}" + (f" n={kwargs['n']}" if "n" in kwargs else ""))
         return xf.build(name, **kwargs), kwargs
     except ValueError as e:
         fail(str(e) if isinstance(e, ArgumentError) else f"{name}: {e}", as_json)

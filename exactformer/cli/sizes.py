@@ -63,7 +63,9 @@ def sizes(
     csv: bool = typer.Option(False, "--csv", help="print CSV"),
     plot: Optional[Path] = typer.Option(None, "--plot", help="draw the families of the constructions into FILE (.png or .svg)"),
     figures: Optional[Path] = typer.Option(None, "--figures", help="write every figure and its data into DIR"),
-    doc: Optional[Path] = typer.Option(None, "--doc", help="with --figures: rewrite the generated tables of this Markdown file"),
+    doc: Optional[list[Path]] = typer.Option(
+        None, "--doc", help="with --figures: rewrite the generated tables of this Markdown file (repeatable: "
+                            "docs/sizes.md, docs/separations.md)"),
     recompute: bool = typer.Option(
         False, "--recompute", help="compute every row (builders run shapes-only; minutes for the whole table) instead "
                                    "of reading the committed data docs/figures/sizes.json"),
@@ -76,10 +78,11 @@ def sizes(
     try:
         if sum(bool(x) for x in (json and not figures, csv, plot, figures)) > 1:
             raise sz.SizesError("--json/--csv/--plot/--figures: at most one of them (--json may go with --figures)")
-        if doc is not None and figures is None:
+        if doc and figures is None:
             raise sz.SizesError("--doc: only together with --figures DIR")
-        if doc is not None and not doc.is_file():
-            raise sz.SizesError(f"--doc: an existing Markdown file, got {str(doc)!r}")
+        for page in doc or []:
+            if not page.is_file():
+                raise sz.SizesError(f"--doc: an existing Markdown file, got {str(page)!r}")
         if plot is not None and plot.suffix.lower() not in (".png", ".svg"):
             raise sz.SizesError(f"--plot: a file name ending in .png or .svg, got {plot.name!r}")
         specs = _specs(construction)

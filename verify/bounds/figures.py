@@ -17,14 +17,15 @@ import textwrap
 from dataclasses import dataclass, field
 from fractions import Fraction
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
 
 from exactformer.constructions.core import registry
 from exactformer.precision import Format, parse_format
 from exactformer.verify.bounds import lower_bounds as lb
-from exactformer.verify.verifier import verify
+from exactformer.verify.bounds import separations
+from exactformer.verify.verifier import certificate_refusal, verify
 from exactformer.verify.bounds.sizes import (SIZE_SPECS, SizeProvider, SizesError, SizeSpec, SizeUnavailable,
                                              figure_families, provider_or_default, reference_p, report, update_doc)
 
@@ -52,8 +53,9 @@ class Series:
 
 def family_series(family: str, ns: list[int], provider: SizeProvider | None = None,
                   specs: Iterable[SizeSpec] | None = None) -> list[Series]:
-    """The lines of one family's figure: every spec of the family (built width x heads and size in
-    bits, N <= its provider's range) and every explicit bound of the family at the reference p."""
+    """The lines of one family's figure: every spec of the family (built width x heads -- a
+    recurrent model's hidden units -- and size in bits, N <= its provider's range) and every
+    explicit bound of the family or of one of its specs at the reference p."""
     provider = provider_or_default(provider)
     specs = [s for s in (specs if specs is not None else SIZE_SPECS.values()) if s.family == family]
     out: list[Series] = []
@@ -65,10 +67,13 @@ def family_series(family: str, ns: list[int], provider: SizeProvider | None = No
                 r = provider(s, n)
             except SizeUnavailable:
                 continue
-            units.points.append((n, r.width * r.heads, r.precision_bits))
+            if r.architecture == "recurrent":
+                units.detail = " (built): hidden units m"
+            units.points.append((n, r.units, r.precision_bits))
             bits.points.append((n, r.size_bits, r.precision_bits))
         out += [x for x in (units, bits) if x.points]
-    keys = [k for k in lb.FAMILIES[family].bounds if lb.BOUNDS[k].explicit]
+    keys = [k for k in dict.fromkeys([*lb.FAMILIES[family].bounds, *(k for s in specs for k in s.bound_keys)])
+            if lb.BOUNDS[k].explicit]
     for k in keys:
         b = lb.BOUNDS[k]
         name = f"{b.model} ({b.short}): {b.formula}"
@@ -288,7 +293,7 @@ def picture_panels(pic: AttentionPicture) -> tuple[str, list[Panel], str]:
         e = np.asarray(fmt.to_fraction(pick(exact[l]) if pick else exact[l][0, h]), dtype=object)
         f = pick(flt[l]) if pick else flt[l][0, h]
         panels.append(Panel(title, e.tolist(), f, rows, cols))
-    if verify(model, mode="certify", arithmetic="float64").passed:
+    if certificate_refusal(model, "float64") is None and verify(model, mode="certify", arithmetic="float64").passed:
         return fmt.name, panels, "certified"
     sampled = verify(model, mode="sample", samples=PICTURE_SAMPLES, seed=0, arithmetic="float64").passed
     return fmt.name, panels, "sampled" if sampled else ""
@@ -353,10 +358,12 @@ def plot_picture(pic: AttentionPicture, fmt_name: str, panels: list[Panel], path
 
 
 def generate_figures(out_dir: Path, ns: list[int], provider: SizeProvider | None = None,
-                     specs: Iterable[SizeSpec] | None = None, doc_path: Path | None = None,
+                     specs: Iterable[SizeSpec] | None = None, doc_path: Path | Sequence[Path] | None = None,
                      progress: Callable[[], None] | None = None) -> list[Path]:
     """Write into ``out_dir``: sizes.json (the report), sizes-<family>.png/.csv per family and
-    attention-*.png/.csv; with ``doc_path``, rewrite its generated blocks. Returns the paths."""
+    attention-*.png/.csv; with ``doc_path`` (one page or several), rewrite each page's generated
+    blocks: the separations page's (:mod:`exactformer.verify.bounds.separations`) or the size
+    tables'. Returns the paths."""
     specs = list(specs if specs is not None else SIZE_SPECS.values())
     out_dir.mkdir(parents=True, exist_ok=True)
     written = []
@@ -372,9 +379,11 @@ def generate_figures(out_dir: Path, ns: list[int], provider: SizeProvider | None
         written.append(_write(out_dir / f"{pic.name}.csv", picture_csv(panels)))
         plot_picture(pic, fmt_name, panels, out_dir / f"{pic.name}.png", float64)
         written.append(out_dir / f"{pic.name}.png")
-    if doc_path is not None:
-        rel = Path(os.path.relpath(out_dir.resolve(), doc_path.resolve().parent)).as_posix()
-        written.append(_write(doc_path, update_doc(doc_path.read_text(), doc, rel)))
+    for page in ([doc_path] if isinstance(doc_path, Path) else list(doc_path or [])):
+        rel = Path(os.path.relpath(out_dir.resolve(), page.resolve().parent)).as_posix()
+        text = page.read_text()
+        update = separations.update_doc if separations.holds_separations(text) else update_doc
+        written.append(_write(page, update(text, doc, rel)))
     return written
 
 

@@ -34,6 +34,10 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Callable
 
+import numpy as np
+
+from exactformer.constructions.theorems.dyck import dyck_member
+
 
 class BoundError(ValueError):
     """Arguments outside a bound's domain (N < 2, odd N where the task splits N in halves, p < 1)."""
@@ -98,6 +102,71 @@ def cc_dyck22(n: int) -> int:
     Sec. 4.1; proof in App. E): a fooling set of size 2^(N-1) forces N - 1 bits."""
     _check(n, even=True)
     return n - 1
+
+
+#: the largest N whose Lemma 1 fooling set :func:`dyck22_fooling_set` builds and checks (2^(N-1) strings, 4^(N-1) pairs)
+FOOLING_MAX_N = 14
+FOOLING_CHUNK = 1 << 20  # crossed strings checked at once
+
+
+def dyck22_fooling_set(n: int) -> np.ndarray:
+    """P1 Lemma 1's fooling set (App. E): every string of Dyck-(2, 2) of length N, as token ids
+    [|S|, N] (open type i = 2i, close = 2i + 1), enumerated depth first over the language's stacks
+    of at most 2 brackets."""
+    _check(n, even=True)
+    if n > FOOLING_MAX_N:
+        raise BoundError(f"n must be at most {FOOLING_MAX_N} here (the set has 2^(N-1) strings), got {n}")
+    out: list[list[int]] = []
+
+    def extend(prefix: list[int], stack: list[int]) -> None:
+        left = n - len(prefix)
+        if left == 0:
+            out.append(list(prefix))
+            return
+        if len(stack) < 2 and len(stack) < left:
+            for t in range(2):
+                extend(prefix + [2 * t], stack + [t])
+        if stack:
+            extend(prefix + [2 * stack[-1] + 1], stack[:-1])
+
+    extend([], [])
+    return np.array(out, dtype=np.int64).reshape(len(out), n)
+
+
+def check_fooling_set(strings: np.ndarray) -> tuple[bool, str]:
+    """Definition 1 (P1 App. E) for the odd/even split, checked on every pair with the language's
+    definition (:func:`~exactformer.constructions.theorems.dyck.dyck_member`): with x = the symbols
+    at odd positions (Alice's, 1-based) and y = those at even positions (Bob's), every (x_i, y_i) is
+    in Dyck-(2, 2), and for i != j not both (x_i, y_j) and (x_j, y_i) are. Returns (holds, why not)."""
+    s = np.asarray(strings, dtype=np.int64)
+    k, n = s.shape
+    x, y = s[:, 0::2], s[:, 1::2]
+    if not np.all(dyck_member(s, 2, 2)):
+        return False, f"string {s[~dyck_member(s, 2, 2)][0].tolist()} is not in Dyck-(2, 2)"
+    crossed = np.zeros((k, k), dtype=bool)  # crossed[i, j] = (x_i, y_j) in the language
+    rows_per = max(1, FOOLING_CHUNK // k)
+    for i0 in range(0, k, rows_per):
+        i = np.arange(i0, min(k, i0 + rows_per))
+        mixed = np.empty((i.size, k, n), dtype=np.int64)
+        mixed[:, :, 0::2], mixed[:, :, 1::2] = x[i][:, None, :], y[None, :, :]
+        crossed[i] = dyck_member(mixed.reshape(-1, n), 2, 2).reshape(i.size, k)
+    both = crossed & crossed.T
+    np.fill_diagonal(both, False)
+    if both.any():
+        i, j = map(int, np.argwhere(both)[0])
+        return False, f"pairs {i} and {j} are not distinguished: both crossings are in the language"
+    return True, ""
+
+
+def cc_dyck22_from_fooling_set(n: int) -> int:
+    """Lemma 1's bound computed: the fooling set built and checked (:func:`check_fooling_set`), then
+    Fact 4 (App. E): the communication complexity is at least log2 |S| bits (ceil for a whole
+    number of bits; |S| = 2^(N-1) gives N - 1, which :func:`cc_dyck22` states)."""
+    s = dyck22_fooling_set(n)
+    ok, why = check_fooling_set(s)
+    if not ok:
+        raise BoundError(f"not a fooling set at N = {n}: {why}")
+    return log2_ceil(len(s))
 
 
 # ------------------------------------------------------------------------------------------------

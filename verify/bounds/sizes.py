@@ -28,6 +28,7 @@ import io
 import json
 import re
 from dataclasses import asdict, dataclass
+from fractions import Fraction
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
@@ -80,11 +81,10 @@ class SizeSpec:
 
 
 def _registered_specs() -> tuple[dict[str, SizeSpec], dict[str, str]]:
-    """Every registered construction's size rows, and why a family has no rows on this page: the
-    constructions' own reasons, and the families no construction builds (Dyck: bounds only)."""
+    """Every registered construction's size rows, and why a family has no rows on this page (the
+    constructions' own reasons)."""
     specs: dict[str, SizeSpec] = {}
-    not_built = {"dyck": "exactformer builds no Dyck model: the family is here for its lower bounds (P1 Thm 5) "
-                         "beside the constant-size DFA, and the figure above shows bounds only."}
+    not_built: dict[str, str] = {}
     for name in registry.names():
         c = registry.get(name)
         for r in c.sizes:
@@ -115,7 +115,8 @@ class SizeRow:
     """The size of one built model. ``parameters`` counts stored numbers (position-code rows are
     generated, not stored: CompiledModel.parameter_count); ``size_bits = parameters x
     precision_bits``; ``heads`` is the most heads of any layer; ``width = max(d_model, d_head)``
-    (P1 Sec. 2). ``source``: "build" or "formula"."""
+    (P1 Sec. 2; a recurrent model's width is its hidden units m, and it has no heads).
+    ``source``: "build" or "formula". ``architecture``: "transformer" or "recurrent"."""
 
     spec: str
     n: int
@@ -130,9 +131,15 @@ class SizeRow:
     parameters: int
     size_bits: int
     source: str
+    architecture: str = "transformer"
 
     def to_json(self) -> dict:
         return asdict(self)
+
+    @property
+    def units(self) -> int:
+        """What the bounds count: width x heads (mH) of a transformer, hidden units m of a recurrent model."""
+        return self.width * self.heads if self.architecture == "transformer" else self.width
 
 
 SizeProvider = Callable[[SizeSpec, int], SizeRow]
@@ -144,7 +151,7 @@ def size_row_from_summary(spec_name: str, summary: dict[str, Any], source: str) 
     return SizeRow(spec_name, int(summary["n"]), int(summary["layers"]), int(summary["heads"]),
                    int(summary["d_model"]), int(summary["d_head"]), int(summary["d_mlp"]), int(summary["width"]),
                    str(summary["precision"]), bits, int(summary["parameters"]), int(summary["parameters"]) * bits,
-                   source)
+                   source, str(summary.get("architecture", "transformer")))
 
 
 @functools.lru_cache(maxsize=1024)
@@ -418,22 +425,42 @@ def markdown(head: list[str], cells: list[list[str]]) -> str:
     return "\n".join([row(head), "|" + "---|" * len(head)] + [row(c) for c in cells])
 
 
+def _recurrent(row: dict[str, Any]) -> bool:
+    return row["built"].get("architecture", "transformer") == "recurrent"
+
+
+def row_units(row: dict[str, Any]) -> int:
+    """What a built row's bounds count (:attr:`SizeRow.units`) from its JSON."""
+    b = row["built"]
+    return b["width"] if _recurrent(row) else b["width"] * b["heads"]
+
+
 def separation_lines(doc: dict[str, Any], spec_name: str) -> list[str]:
-    """For each lower bound of the spec: from which built N on the built model's width x heads
-    (and its size in bits) stays below the bound at the same p, as sentences."""
+    """For each lower bound of the spec, as sentences: from which built N on the built model's
+    width x heads (a recurrent model's hidden units m) and its size in bits stay below the bound at
+    the same p; for a recurrent model beside a recurrent bound (it must meet it), the largest
+    factor by which its hidden units m and state bits m p exceed the bound."""
     rows = [r for r in doc["rows"] if r["spec"] == spec_name and r["built"]]
     out = []
     for k in _explicit(doc["specs"][spec_name]["bounds"]):
         b = lb.BOUNDS[k]
         if b.kind != "lower" or not rows:
             continue
-        for what, mine, theirs in (("width x heads", lambda r: r["built"]["width"] * r["built"]["heads"], "units"),
-                                   ("size in bits", lambda r: r["built"]["size_bits"], "bits")):
+        last = f"built up to N = {fmt_n(rows[-1]['n'])}"
+        if _recurrent(rows[0]) and b.model == lb.RNN:
+            pairs = [(row_units(r), r["bounds"][k]["units"]) for r in rows if r["bounds"][k]["units"]]
+            meets = all(m >= bound for m, bound in pairs)
+            worst = max(Fraction(m, bound) for m, bound in pairs)
+            out.append(f"built hidden units m {'>=' if meets else 'BELOW'} {b.model} bound ({b.short}, same p) at every "
+                       f"built N; m is at most {float(worst):.2f} times the bound, and so are the state bits m p "
+                       f"({last})")
+            continue
+        what = "hidden units m" if _recurrent(rows[0]) else "width x heads"
+        for text, mine, theirs in ((what, row_units, "units"), ("size in bits", lambda r: r["built"]["size_bits"], "bits")):
             below = [r["bounds"][k][theirs] is not None and mine(r) < r["bounds"][k][theirs] for r in rows]
             since = next((i for i in range(len(rows)) if all(below[i:])), None)
             where = (f"from N = {fmt_n(rows[since]['n'])} on" if since is not None else "at no built N")
-            out.append(f"built {what} < {b.model} bound ({b.short}, same p): {where} "
-                       f"(built up to N = {fmt_n(rows[-1]['n'])})")
+            out.append(f"built {text} < {b.model} bound ({b.short}, same p): {where} ({last})")
     return out
 
 

@@ -32,6 +32,7 @@ failure, never a pass. ``certify`` never raises on a well-formed model.
 
 from __future__ import annotations
 
+import functools
 import time
 from dataclasses import dataclass, field
 from fractions import Fraction
@@ -66,9 +67,20 @@ class CertificateResult:
     seconds: float = 0.0
 
 
-def certify(model: CompiledModel, fmt: Format, task: Any, device: str = "cpu",
-            run_candidates: Callable[[CompiledModel, Any], dict | None] | None = None,
+@functools.singledispatch
+def certify(model: Any, fmt: Format, task: Any, device: str = "cpu",
+            run_candidates: Callable[[Any, Any], dict | None] | None = None,
             progress: Callable[[str], None] | None = None, arithmetic: str | None = None) -> CertificateResult:
+    """Prove ``model`` computes ``task`` on every input, or say why not: the certificate of the
+    model's kind (the composed one below for transformers; :mod:`exactformer.verify.certify.recurrent`
+    for recurrent models), registered next to each implementation. Never raises on a model."""
+    return CertificateResult(False, False, f"unproven: no certificate for a {type(model).__name__}", None)
+
+
+@certify.register
+def certify_transformer(model: CompiledModel, fmt: Format, task: Any, device: str = "cpu",
+                        run_candidates: Callable[[CompiledModel, Any], dict | None] | None = None,
+                        progress: Callable[[str], None] | None = None, arithmetic: str | None = None) -> CertificateResult:
     """Prove ``model`` computes ``task`` on every input, or say why not. ``arithmetic``: "fixed"
     (the fixed-point format ``fmt``, the default for fixed-point formats), "real", or a float dtype
     -- float64, float32, bfloat16, float16, float8_e4m3, float8_e5m2 -- (what torch computes with
@@ -87,9 +99,16 @@ def certify(model: CompiledModel, fmt: Format, task: Any, device: str = "cpu",
         reason, hint = f"{type(e).__name__}: {e}", {}
     except Exception as e:  # a certificate never raises on a model; a bug here is reported, never a pass
         reason, hint = f"internal error {type(e).__name__}: {e}", {}
+    return refuted(model, task, reason, hint, run_candidates, details, t0)
+
+
+def refuted(model: Any, task: Any, reason: str, hint: dict, run_candidates: Callable | None, details: dict,
+            t0: float, candidates: Any = None) -> CertificateResult:
+    """The result of a failed proof step (``reason``): the first wrong answer among ``candidates``
+    (batches; default the task's, planted from ``hint`` first) as a counterexample, else "unproven"."""
     cex, searched = None, "no counterexample search (no runner)"
     if run_candidates is not None:
-        cex, searched = _search(model, task, hint, run_candidates)
+        cex, searched = _search(model, task, hint, run_candidates, candidates)
     if cex is not None:
         return CertificateResult(False, False, f"counterexample found ({reason})", None, cex, _public(details),
                                  time.perf_counter() - t0)
@@ -240,14 +259,15 @@ def _readout(ctx: CertContext, state: State, task: Any) -> Fraction:
 # ------------------------------------------------------------------------------------------------
 
 
-def _search(model: CompiledModel, task: Any, hint: dict, run: Callable) -> tuple[dict | None, str]:
-    """Run the task's candidate inputs (planted from the hint first) until one is answered wrong."""
-    T = task.length(model)
+def _search(model: Any, task: Any, hint: dict, run: Callable, candidates: Any = None) -> tuple[dict | None, str]:
+    """Run ``candidates`` (default: the task's candidate inputs, planted from the hint first) until
+    one is answered wrong."""
+    T = task.length(model) if candidates is None else 0
     if T > SEARCH_MAX_TOKENS:  # one candidate would hold a residual stream of T rows
         return None, f"no counterexample search: inputs of {T} tokens are longer than the {SEARCH_MAX_TOKENS} it runs"
     n = 0
     try:
-        for batch in task.candidates(model, hint, CANDIDATES):
+        for batch in (candidates if candidates is not None else task.candidates(model, hint, CANDIDATES)):
             n += len(batch)
             cex = run(model, batch)
             if cex is not None:

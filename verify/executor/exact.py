@@ -40,6 +40,7 @@ the CPU, as the tests do) with the same exact integer results.
 
 from __future__ import annotations
 
+import functools
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
@@ -86,12 +87,24 @@ def decode_logits(model: CompiledModel, logits: np.ndarray) -> tuple[list[list[A
     best = np.take_along_axis(logits, order[..., :1], axis=-1)[..., 0]
     second = np.take_along_axis(logits, order[..., 1:2], axis=-1)[..., 0]
     margin = best - second
-    answers = [[model.answers[int(i)] if m > 0 else None for i, m in zip(order[b, :, 0], margin[b])] for b in range(B)]
+    names = np.empty(V + 1, dtype=object)  # answer i's value at i, None at V (element by element: answers may be tuples)
+    for i in range(V):
+        names[i] = model.answers[i]
+    answers = names[np.where(margin > 0, order[..., 0], V)].tolist()  # index V: None on a tie
     return answers, margin
 
 
-def run(model: CompiledModel, tokens: Any, fmt: Format, device: str = "cpu",
-        batch_size: int | None = None) -> RunResult:
+@functools.singledispatch
+def run(model: Any, tokens: Any, fmt: Format, device: str = "cpu", batch_size: int | None = None) -> RunResult:
+    """Run ``model`` on token ids ``tokens`` [B, T] (or [T]) under ``fmt``: the executor of the model's
+    kind (the transformer's below, :mod:`exactformer.verify.executor.recurrent` for recurrent models),
+    registered next to each implementation."""
+    raise ExecutorError(f"no executor for a {type(model).__name__}")
+
+
+@run.register
+def run_transformer(model: CompiledModel, tokens: Any, fmt: Format, device: str = "cpu",
+                    batch_size: int | None = None) -> RunResult:
     """Run ``model`` on token ids ``tokens`` [B, T] (or [T]) under ``fmt``.
 
     ``T`` must not exceed ``model.n_ctx``; ids must lie in ``[0, model.d_vocab)``. A model with a

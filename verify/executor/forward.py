@@ -29,6 +29,7 @@ is then ``add(W_E[token], vector)`` (the vector's values in the declared columns
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -62,7 +63,16 @@ class Cache(Mapping):
         return len(self.raw)
 
 
-def forward_with_cache(model: CompiledModel, tokens: Any, fmt: Format) -> tuple[np.ndarray, Cache]:
+@functools.singledispatch
+def forward_with_cache(model: Any, tokens: Any, fmt: Format) -> tuple[np.ndarray, Cache]:
+    """All logits [B, T, d_vocab_out] (raw) and the cache of every activation, by the plain forward
+    pass of the model's kind (the transformer's below; a recurrent model's in
+    :mod:`exactformer.verify.executor.recurrent`)."""
+    raise TypeError(f"no forward pass for a {type(model).__name__}")
+
+
+@forward_with_cache.register
+def forward_transformer(model: CompiledModel, tokens: Any, fmt: Format) -> tuple[np.ndarray, Cache]:
     """All logits [B, T, d_vocab_out] (raw) and the cache of every activation, for token ids [B, T]
     (or :class:`~exactformer.constructions.core.ir.Inputs` for a model that reads input vectors)."""
     tokens, vectors = split_inputs(model, tokens)
@@ -122,7 +132,7 @@ def forward_with_cache(model: CompiledModel, tokens: Any, fmt: Format) -> tuple[
     return logits, cache
 
 
-def forward_reference(model: CompiledModel, tokens: Any, fmt: Format) -> np.ndarray:
+def forward_reference(model: Any, tokens: Any, fmt: Format) -> np.ndarray:
     """Logits at the model's answer positions [B, A, d_vocab_out] by the plain forward pass."""
     logits, _ = forward_with_cache(model, tokens, fmt)
     return logits[:, model.answer_positions_for(logits.shape[1]), :]

@@ -8,8 +8,10 @@ per (model content fingerprint, dtype).
 
 from __future__ import annotations
 
+import functools
 import warnings
 from collections import OrderedDict
+from typing import Any
 
 import numpy as np
 import torch
@@ -17,16 +19,42 @@ import torch
 from exactformer.constructions.export import to_torch
 from exactformer.constructions.export.floats import ArithmeticWarning
 from exactformer.constructions.core.ir import CompiledModel, Inputs
+from exactformer.constructions.core.recurrent import RNNModel
 from exactformer.verify.executor.exact import RunResult, decode_logits
+from exactformer.verify.executor.recurrent import check_tokens
 
 #: float32/float64 are the arithmetics the float certificates cover; bfloat16/float16 run for
 #: measurement only (benchmarks/bench_float_samples.py): nothing certifies them.
 DTYPES = {"float32": torch.float32, "float64": torch.float64, "bfloat16": torch.bfloat16, "float16": torch.float16}
 MEMORY_BUDGET = 1 << 30  # bytes of attention scores held at once; batches are sized to it
+RECURRENT_BUDGET = 1 << 32  # multiply-adds of one input in the dense torch.nn.RNN (T H^2); above: refused
 _MODULES: "OrderedDict[tuple, torch.nn.Module]" = OrderedDict()
 
 
-def run_torch(model: CompiledModel, tokens: np.ndarray, dtype: str = "float64") -> RunResult:
+@functools.singledispatch
+def run_torch(model: Any, tokens: np.ndarray, dtype: str = "float64") -> RunResult:
+    """Logits at the answer positions [B, A, V] by the exported float forward pass of the model's
+    kind (the transformer's below; a recurrent model's in :mod:`exactformer.verify.executor.recurrent`)."""
+    raise ValueError(f"no float forward pass for a {type(model).__name__}")
+
+
+def torch_module(model: Any, dtype: str) -> torch.nn.Module:
+    """The exported float module of ``model`` (:func:`exactformer.constructions.export.to_torch`),
+    kept per (content fingerprint, dtype)."""
+    key = (model.fingerprint(), dtype)
+    module = _MODULES.get(key)
+    if module is None:
+        with warnings.catch_warnings():  # the arithmetic warning is for users; running it here is the check
+            warnings.simplefilter("ignore", ArithmeticWarning)
+            module = to_torch(model, dtype=DTYPES[dtype])
+        _MODULES[key] = module
+        while len(_MODULES) > 4:
+            _MODULES.popitem(last=False)
+    return module
+
+
+@run_torch.register
+def run_torch_transformer(model: CompiledModel, tokens: np.ndarray, dtype: str = "float64") -> RunResult:
     """Logits at the answer positions [B, A, V] (float64 values of the dtype's results).
 
     The dense forward pass holds a [batch, heads, T, T] score tensor; batches are sized so that it
@@ -46,15 +74,7 @@ def run_torch(model: CompiledModel, tokens: np.ndarray, dtype: str = "float64") 
         raise ValueError(f"an input of length {T} needs {per_input >> 20} MiB of attention scores in the dense "
                          f"torch forward pass (budget {MEMORY_BUDGET >> 20} MiB)")
     batch_size = max(1, min(64, MEMORY_BUDGET // per_input))
-    key = (model.fingerprint(), dtype)
-    module = _MODULES.get(key)
-    if module is None:
-        with warnings.catch_warnings():  # the arithmetic warning is for users; running it here is the check
-            warnings.simplefilter("ignore", ArithmeticWarning)
-            module = to_torch(model, dtype=DTYPES[dtype])
-        _MODULES[key] = module
-        while len(_MODULES) > 4:
-            _MODULES.popitem(last=False)
+    module = torch_module(model, dtype)
     pos = model.answer_positions_for(tokens.shape[1])
     parts = []
     with torch.no_grad():
@@ -65,3 +85,22 @@ def run_torch(model: CompiledModel, tokens: np.ndarray, dtype: str = "float64") 
     logits = np.concatenate(parts) if parts else np.zeros((0, pos.size, len(model.answers)))
     answers, margin = decode_logits(model, logits)
     return RunResult(logits, answers, margin, {})
+
+
+@run_torch.register
+def run_torch_recurrent(model: RNNModel, tokens: np.ndarray, dtype: str = "float64") -> RunResult:
+    """The exported recurrent module (``torch.nn.RNN`` between the embedding and the readout,
+    :func:`exactformer.constructions.export.to_torch`) in ``dtype``: logits at the answer positions.
+    An input whose dense run needs more than 2^32 multiply-adds (T H^2) is refused, not run."""
+    if dtype not in DTYPES:
+        raise ValueError(f"dtype must be one of {sorted(DTYPES)}, got {dtype!r}")
+    tokens = check_tokens(model, tokens)
+    T = tokens.shape[1]
+    if T * model.hidden**2 > RECURRENT_BUDGET:
+        raise ValueError(f"an input of length {T} needs {T * model.hidden ** 2:.3g} multiply-adds in the dense "
+                         f"torch.nn.RNN (H = {model.hidden}; budget 2^32)")
+    pos = model.answer_positions_for(T)
+    with torch.no_grad():
+        out = torch_module(model, dtype)(torch.as_tensor(tokens))[:, torch.as_tensor(pos)].double().numpy()
+    answers, margin = decode_logits(model, out)
+    return RunResult(out, answers, margin, {})

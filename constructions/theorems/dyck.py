@@ -1,0 +1,272 @@
+"""Bounded Dyck languages by a constant-size ReLU RNN (P1 App. E, after Thm 10; Sec. 4.1).
+
+Task: Dyck-(k, D), the well-matched strings over k bracket types in which no prefix has more than D
+brackets open (P1 Sec. 4.1, "Task"). The brackets are ``()[]{}<>`` in order of type: token 2i opens
+type i, token 2i + 1 closes it. The paper's separation: a one-layer transformer deciding
+Dyck-(2, 2) on length N needs mH >= (N - 1)/(3(p + log N)) (Thm 5, from Lemma 1's fooling set and
+Thm 4's protocol), while "the language Dyck-(2, 2) considered here can be represented by a DFA with
+just 7 states", so a recurrent model of constant size recognises it at every length.
+
+The automaton (:func:`dyck_automaton`): one state per stack of at most D brackets (1 + k + ... + k^D
+states; 7 for Dyck-(2, 2)), a reject sink besides them (which the RNN holds as the zero state), the
+empty stack starting and accepting. The RNN (:func:`~exactformer.constructions.blocks.recurrent.automaton_units`):
+one unit per (state, symbol) pair the symbol can lead to, 2k (1 + k + ... + k^(D-1)) units (12 for
+Dyck-(2, 2)), integer weights in {-1, 0, 1}, every value in [-1, 1]: exact in the 2-bit format
+``binary:int=1,frac=0`` and in every float arithmetic. The certificate
+(:mod:`exactformer.verify.certify.recurrent`) proves for every length that the hidden state after
+each prefix is the one-hot (state, last symbol) of the automaton given by the task's definition.
+"""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any, Iterator
+
+import numpy as np
+
+from exactformer.constructions.blocks.recurrent import automaton_units, integer_format
+from exactformer.constructions.core.ir import Param
+from exactformer.constructions.core.recurrent import RecurrentBuilder, RNNModel
+from exactformer.constructions.core.registry import Claim, SizeRows, construction
+from exactformer.constructions.core.spec import REJECT, Automaton
+from exactformer.constructions.core.task import Batch, Domains, Task, TaskError
+from exactformer.precision import Format
+
+THEOREM = "Thm 5's separation, the RNN side (App. E: a DFA), Bhattamishra et al. 2024"
+BRACKETS = "()[]{}<>"
+MAX_TYPES = len(BRACKETS) // 2
+MAX_DEPTH = 8
+MAX_HIDDEN = 4096
+MAX_N = 1 << 30
+ANSWERS = [False, True]
+
+
+class DyckError(TaskError):
+    """Bad parameters for :func:`dyck_rnn` or a bad input string."""
+
+
+def stack_states(types: int, depth: int) -> list[tuple[int, ...]]:
+    """Every stack of at most ``depth`` open brackets (bottom first), the empty one first."""
+    return [s for d in range(depth + 1) for s in itertools.product(range(types), repeat=d)]
+
+
+def hidden_units(types: int, depth: int) -> int:
+    """The RNN's units: 2k (1 + k + ... + k^(D-1)) (module docstring)."""
+    return 2 * types * sum(types**d for d in range(depth))
+
+
+def dyck_automaton(types: int, depth: int) -> Automaton:
+    """The automaton of Dyck-(k, D) from its definition: states are the stacks of at most D open
+    brackets; an open bracket pushes (past depth D: reject), a close bracket pops its own type
+    (another type or an empty stack: reject); the empty stack starts and accepts."""
+    states = stack_states(types, depth)
+    index = {s: i for i, s in enumerate(states)}
+    delta = np.full((len(states), 2 * types), REJECT, dtype=np.int64)
+    for s, q in index.items():
+        for t in range(types):
+            if len(s) < depth:
+                delta[q, 2 * t] = index[s + (t,)]
+            if s and s[-1] == t:
+                delta[q, 2 * t + 1] = index[s[:-1]]
+    accept = np.array([len(s) == 0 for s in states])
+    return Automaton(delta, index[()], accept, (0, 1))
+
+
+def dyck_member(strings: np.ndarray, types: int, depth: int) -> np.ndarray:
+    """Whether each string of token ids [B, L] is in Dyck-(k, D), with an unbounded stack (the
+    definition; independent of :func:`dyck_automaton`)."""
+    s = np.asarray(strings, dtype=np.int64)
+    B, L = s.shape
+    stack = np.zeros((B, L + 1), dtype=np.int64)
+    top = np.zeros(B, dtype=np.int64)
+    ok = np.ones(B, dtype=bool)
+    rows = np.arange(B)
+    for j in range(L):
+        kind, opening = s[:, j] // 2, s[:, j] % 2 == 0
+        push = ok & opening
+        stack[rows[push], top[push]] = kind[push]
+        top = top + push
+        ok &= ~(push & (top > depth))
+        pop = ok & ~opening
+        bad = pop & ((top == 0) | (stack[rows, np.maximum(top - 1, 0)] != kind))
+        ok &= ~bad
+        top = top - (pop & ~bad)
+    return ok & (top == 0)
+
+
+def check_types_depth(types: int, depth: int) -> None:
+    for name, v, hi in (("types", types, MAX_TYPES), ("depth", depth, MAX_DEPTH)):
+        if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= hi:
+            raise DyckError(f"{name}: an integer in [1, {hi}], got {v!r}")
+    if hidden_units(types, depth) > MAX_HIDDEN:
+        raise DyckError(f"depth: at most {max(d for d in range(1, MAX_DEPTH + 1) if hidden_units(types, d) <= MAX_HIDDEN)} "
+                        f"for types={types} (the RNN's 2k(1 + k + ... + k^(D-1)) units must be <= {MAX_HIDDEN}), "
+                        f"got {depth}")
+
+
+class DyckTask(Task):
+    """Membership in Dyck-(k, D) (module docstring). Natural input: a string over the first 2k
+    brackets of ``()[]{}<>`` (or a list of token ids), any length >= 1 (one length per call); the
+    verifier's exhaustive and sampled inputs have length N. Answer: True / False."""
+
+    ENCODING = {
+        "inputs": [{"name": "s", "type": "a string over the first 2*types brackets of ()[]{}<>, any length >= 1"}],
+        "tokens": [{"for_each": "s", "token": "{}"}],
+    }
+
+    @staticmethod
+    def params(model: Any) -> tuple[int, int]:
+        return int(model.task_params["types"]), int(model.task_params["depth"])
+
+    def length(self, model: Any) -> int:
+        return int(model.n)
+
+    def domains(self, model: Any) -> Domains:
+        k, _ = self.params(model)
+        return Domains([np.arange(2 * k)], np.zeros(self.length(model), dtype=np.int64))
+
+    def truth(self, model: Any, strings: np.ndarray) -> np.ndarray:
+        return dyck_member(strings, *self.params(model)).astype(np.int64)
+
+    def spec(self, model: Any) -> Automaton:
+        return dyck_automaton(*self.params(model))
+
+    def encode_arrays(self, model: Any, strings: np.ndarray) -> np.ndarray:
+        k, _ = self.params(model)
+        s = np.asarray(strings)
+        if s.ndim != 2 or s.shape[1] < 1 or (s.size and (not np.issubdtype(s.dtype, np.integer) or s.min() < 0
+                                                        or s.max() >= 2 * k)):
+            raise DyckError(f"s: strings of token ids in [0, {2 * k}) of one length >= 1, shape [B, L], got {s.shape}")
+        return s.astype(np.int32)
+
+    def to_arrays(self, model: Any, examples: list[Any]) -> tuple[np.ndarray]:
+        k, _ = self.params(model)
+        alphabet = BRACKETS[: 2 * k]
+        rows = []
+        for e in examples:
+            e = e[0] if isinstance(e, tuple) and len(e) == 1 else e
+            if isinstance(e, str):
+                bad = [c for c in e if c not in alphabet]
+                if bad:
+                    raise DyckError(f"s: a string over {alphabet!r}, got the character {bad[0]!r}")
+                e = [alphabet.index(c) for c in e]
+            if not isinstance(e, (list, tuple, np.ndarray)) or any(
+                    isinstance(v, bool) or not isinstance(v, (int, np.integer)) or not 0 <= v < 2 * k for v in e):
+                raise DyckError(f"s: a string over {alphabet!r} or a list of token ids in [0, {2 * k})")
+            rows.append([int(v) for v in e])
+        lengths = sorted({len(r) for r in rows})
+        if lengths and lengths[0] < 1:
+            raise DyckError("s: a string of length >= 1")
+        if len(lengths) > 1:
+            raise DyckError(f"s: the strings of one call must have one length, got lengths {lengths[0]} and {lengths[1]}")
+        return (np.asarray(rows, dtype=np.int64).reshape(len(rows), lengths[0] if lengths else 0),)
+
+    # ---- inputs ---------------------------------------------------------------------------------
+    def count(self, model: Any) -> int:
+        return (2 * self.params(model)[0]) ** self.length(model)
+
+    def exhaustive(self, model: Any, batch: int = 4096) -> Iterator[Batch]:
+        """Every string of length N, in counting order."""
+        V, n = 2 * self.params(model)[0], self.length(model)
+        total = V**n
+        for start in range(0, total, batch):
+            ints = np.arange(start, min(total, start + batch), dtype=np.int64)
+            yield self.batch(model, (ints[:, None] // V ** np.arange(n - 1, -1, -1)[None, :]) % V)
+
+    def members(self, model: Any, rng: np.random.Generator, b: int) -> np.ndarray:
+        """``b`` random strings of length N in Dyck-(k, D) (N even): each step picks uniformly among
+        the brackets after which the string can still be completed within N (not uniform over the
+        language); all-reject rows when N is odd."""
+        k, D = self.params(model)
+        n = self.length(model)
+        out = np.zeros((b, n), dtype=np.int64)
+        stack = np.zeros((b, D + 1), dtype=np.int64)
+        top = np.zeros(b, dtype=np.int64)
+        rows = np.arange(b)
+        for j in range(n):
+            left = n - j - 1
+            can_open = (top < D) & (top + 1 <= left)
+            can_close = top > 0
+            pick_open = (can_open & (~can_close | (rng.random(b) < 0.5))) | ~can_close  # N odd: no member
+            kind = np.where(pick_open, rng.integers(0, k, size=b), stack[rows, np.maximum(top - 1, 0)])
+            out[:, j] = 2 * kind + np.where(pick_open, 0, 1)
+            stack[rows[pick_open], top[pick_open]] = kind[pick_open]
+            top = top + np.where(pick_open, 1, -1)
+        return out
+
+    def _draw(self, model: Any, rng: np.random.Generator, b: int, kind: str) -> np.ndarray:
+        V = 2 * self.params(model)[0]
+        if kind == "uniform":
+            return rng.integers(0, V, size=(b, self.length(model)))
+        x = self.members(model, rng, b)
+        if kind == "corrupted":  # one symbol of each string replaced by a different one
+            j, rows = rng.integers(0, x.shape[1], size=b), np.arange(b)
+            x[rows, j] = (x[rows, j] + rng.integers(1, max(2, V), size=b)) % V
+        return x
+
+    def _batches(self, model: Any, count: int, seed: int, kinds: tuple[str, ...], batch: int) -> Iterator[Batch]:
+        rng = np.random.default_rng(seed)
+        done, i = 0, 0
+        while done < count:
+            b, kind = min(batch, count - done), kinds[i % len(kinds)]
+            yield self.batch(model, self._draw(model, rng, b, kind), kind=kind)
+            done, i = done + b, i + 1
+
+    def sample(self, model: Any, count: int, seed: int, batch: int = 256) -> Iterator[Batch]:
+        """``count`` strings (``np.random.default_rng(seed)``), batches cycling: uniformly random
+        strings, random members (:meth:`members`), members with one symbol changed."""
+        yield from self._batches(model, count, seed, ("uniform", "member", "corrupted"), batch)
+
+    def adversarial(self, model: Any, count: int, seed: int, batch: int = 256) -> Iterator[Batch]:
+        """Members and members with one symbol changed (a closing bracket of the wrong type, an
+        opening one past depth D, a close on the empty stack), alternating."""
+        yield from self._batches(model, count, seed, ("member", "corrupted"), min(batch, max(1, count // 2)))
+
+
+def build_from_automaton(dfa: Automaton, n: int, types: int, depth: int, fmt: Format, construction_name: str,
+                         theorem: str) -> RNNModel:
+    """The RNN of ``dfa`` (:func:`~exactformer.constructions.blocks.recurrent.automaton_units`) on the
+    Dyck task's tokens (one-hot inputs), recorded as construction ``construction_name``; the tests
+    build wrong automata through it."""
+    V = 2 * types
+    rb = RecurrentBuilder(np.eye(V, dtype=np.int64))
+    pairs = automaton_units(rb, dfa, np.arange(V))
+    live = dfa.states
+    params = {
+        "states": Param(live, "stacks of at most D open brackets, 1 + k + ... + k^D (the reject sink is the zero state)"),
+        "hidden": Param(len(pairs), "units: one per (state, bracket) pair the bracket leads to, 2k(1 + k + ... + k^(D-1))"),
+        "precision_bits": Param(fmt.bits, "bits of one number in the format"),
+        "state_bits": Param(len(pairs) * fmt.bits, "m p: the hidden state Thm 2's protocol sends"),
+        "arithmetics": Param([fmt.name, "real", "float64", "float32"],
+                             "integer weights and values in [-1, 1]: every step is exact in each of them"),
+    }
+    return rb.build(ANSWERS, list(BRACKETS[:V]), construction=construction_name, theorem=theorem, n=n,
+                    precision=fmt.name, params=params, task_params={"types": types, "depth": depth})
+
+
+CLAIM = Claim("P1 App. E (after Thm 10): a DFA with 7 states for Dyck-(2, 2)", "1 (recurrent)", "-",
+              "O(1): constant in N", "O(1)", "O(1): a constant-size recurrent model at every length",
+              "the paper's RNN has arbitrary transitions (ceil(log2 7) = 3 state bits); built: a ReLU RNN")
+
+
+@construction("dyck-rnn", task=DyckTask(), theorem=THEOREM, claim=CLAIM,
+              sizes=SizeRows("dyck", (("types", 2), ("depth", 2)), name="dyck-rnn", max_n=MAX_N,
+                             note="a ReLU RNN of constant size; N is the input length the bounds are taken at"),
+              example=dict(n=8))
+def dyck_rnn(n: int = 16, types: int = 2, depth: int = 2, precision: Format | str | None = None) -> RNNModel:
+    """Bounded Dyck-(k, D) by a ReLU RNN of constant size (P1 App. E): one unit per (DFA state, bracket).
+
+    Parameters
+    ----------
+    n : int in [1, 2^30]. The input length of the verifier's exhaustive and sampled strings (the
+        model runs on strings of every length, and the certificate covers every length). Default: 16.
+    types : int in [1, 4]. k, the bracket types: ()[]{}<> in order. Default: 2.
+    depth : int in [1, 8]. D, the most brackets open at once; 2k(1 + k + ... + k^(D-1)) <= 4096
+        hidden units. Default: 2.
+    precision : a fixed-point format that holds -1, 0 and 1. Default: binary:int=1,frac=0 (2 bits).
+    """
+    if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= MAX_N:
+        raise DyckError(f"n: an integer in [1, 2^30], got {n!r}")
+    check_types_depth(types, depth)
+    fmt = integer_format(-1, 1, precision, DyckError)  # weights, values and pre-activations in {-1, 0, 1}
+    return build_from_automaton(dyck_automaton(types, depth), n, types, depth, fmt, "dyck-rnn", THEOREM)
