@@ -318,3 +318,73 @@ def test_the_command_line_builds_and_verifies(tmp_path):
 def test_the_task_is_one_task():
     assert isinstance(xf.build("dyck-rnn").task, DyckTask)
     assert DyckTask.modes == ("certify", "exhaustive", "sample")
+
+
+@pytest.mark.parametrize("name,kw,prefix", [("index-lookup-rnn", dict(n=12), 9), ("equality-rnn", dict(n=8), 8),
+                                            ("dyck-rnn", dict(n=6), 3)])
+def test_a_shared_prefix_runs_once_with_the_same_results(name, kw, prefix):
+    """Inputs that share their first tokens (as an exhaustive enumeration's batches do) run those
+    steps once: logits and saturation counts equal the plain pass and the run of each input alone."""
+    m = xf.build(name, **kw).compiled
+    fmt = parse_format(m.precision)
+    t = np.concatenate([b.tokens for b in registry_task(m).sample(m, 64, 3)])
+    t[:, :prefix] = t[0, :prefix]
+    res = run(m, t, fmt)
+    assert np.array_equal(res.logits, forward_reference(m, t, fmt))
+    alone = [run(m, t[i : i + 1], fmt) for i in range(len(t))]
+    assert res.counts["saturations"] == sum(r.counts["saturations"] for r in alone)
+    assert res.answers == [r.answers[0] for r in alone]
+
+
+def registry_task(model):
+    from exactformer.constructions.core.registry import task_of
+
+    return task_of(model)
+
+
+def test_a_shared_prefix_counts_every_saturation():
+    """A random integer model that saturates: the shared steps' saturations count once per input."""
+    m = random_rnn(1, den=1)
+    f = parse_format("binary:int=2,frac=0")
+    t = np.random.default_rng(5).integers(0, m.d_vocab, size=(32, 9))
+    t[:, :6] = t[0, :6]
+    res = run(m, t, f)
+    alone = [run(m, t[i : i + 1], f) for i in range(len(t))]
+    assert np.array_equal(res.logits, forward_reference(m, t, f))
+    assert res.counts["saturations"] == sum(r.counts["saturations"] for r in alone) > 0
+
+
+# ------------------------------------------------------------------------------------------------
+# the recurrent models meeting the lower bounds (verified by running them)
+# ------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name,kw", [("index-lookup-rnn", dict(n=7, alphabet=3)), ("index-lookup-rnn", dict(n=9)),
+                                     ("equality-rnn", dict(n=10)), ("mqar-rnn", dict(n=6)),
+                                     ("mqar-rnn", dict(n=4, labels=3, queries="last"))])
+def test_upper_bound_rnns_are_right_on_every_input(name, kw):
+    m = xf.build(name, **kw)
+    r = xf.verify(m)  # their strongest mode: exhaustive where the inputs fit
+    assert r.passed and r.mode == "exhaustive" and r.inputs_covered == m.task.count(m.compiled)
+
+
+def _drop_recurrent_entry(m, unit: int):
+    """``m`` with the recurrent weights of hidden unit ``unit`` set to 0."""
+    vals = m.W_hh.vals.num.copy()
+    vals[unit] = 0
+    return _with(m, W_hh=SparseRows(m.W_hh.cols, ExactTensor(vals, m.W_hh.vals.den), m.W_hh.n_cols))
+
+
+@pytest.mark.parametrize("name,kw,unit", [("index-lookup-rnn", dict(n=6), 3),  # slot 3 forgets what slot 2 held
+                                          ("equality-rnn", dict(n=8), 3),      # the last slot reads nothing
+                                          ("mqar-rnn", dict(n=6), 10)])       # a stored label bit is not kept
+@pytest.mark.parametrize("mode", ["exhaustive", "sample"])
+def test_upper_bound_mutants_are_refuted(name, kw, unit, mode):
+    m = xf.build(name, **kw).compiled
+    wrong = _drop_recurrent_entry(m, unit)
+    r = xf.verify(wrong, mode=mode, **({"samples": 400} if mode == "sample" else {}))
+    assert not r.passed and r.counterexample is not None, r.reason
+    task = xf.build(name, **kw).task
+    batch = task.batch(wrong, *task.to_arrays(wrong, [r.counterexample["input"]]))
+    got = run(wrong, batch.tokens, parse_format(m.precision)).answers[0]
+    assert got != list(np.asarray(batch.truth).reshape(1, -1)[0])

@@ -168,12 +168,24 @@ def run_recurrent(model: RNNModel, tokens: Any, fmt: Format, device: str = "cpu"
     parts = []
     for s in range(0, B, batch_size):
         chunk = tokens[s : s + batch_size]
-        h = np.broadcast_to(w.h0, (len(chunk), model.hidden))
+        b = len(chunk)
+        # integer weights: the steps over the prefix every input of the chunk shares run once (an
+        # exhaustive enumeration's batches share long prefixes), their saturations counted b times
+        shared = 0
+        if w.integer and b > 1:
+            same = np.all(chunk == chunk[:1], axis=0)  # [T]: position t holds one token in the whole chunk
+            shared = T if same.all() else int(np.argmin(same))
+        h = np.broadcast_to(w.h0, (1 if shared else b, model.hidden))
         out = []
         for t in range(T):
-            h = step(w, h, chunk[:, t])
+            before = w.saturations
+            h = step(w, h, chunk[:1, t] if t < shared else chunk[:, t])
+            if t < shared:
+                w.saturations = before + (w.saturations - before) * b
+            if t + 1 == shared:
+                h = np.broadcast_to(h, (b, model.hidden))
             if at[t]:
-                out.append(w.readout(h))
+                out.append(np.broadcast_to(w.readout(h), (b, len(model.answers))))
         parts.append(np.stack(out, axis=1))
     logits = np.concatenate(parts) if parts else np.zeros((0, pos.size, len(model.answers)), np.int64)
     answers, margin = decode_logits(model, logits)
