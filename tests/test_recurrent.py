@@ -388,3 +388,17 @@ def test_upper_bound_mutants_are_refuted(name, kw, unit, mode):
     batch = task.batch(wrong, *task.to_arrays(wrong, [r.counterexample["input"]]))
     got = run(wrong, batch.tokens, parse_format(m.precision)).answers[0]
     assert got != list(np.asarray(batch.truth).reshape(1, -1)[0])
+
+
+@pytest.mark.parametrize("types,depth,max_len", [(1, 3, 10), (3, 1, 6), (2, 3, 7), (3, 2, 5)])
+def test_other_bounds_certified_and_right_on_every_string(types, depth, max_len):
+    """Dyck-(k, D) beyond (2, 2): the certificate proves it for every length, and the executor agrees
+    with the stack definition on every string up to ``max_len``."""
+    m = dyck(types=types, depth=depth).compiled
+    r = xf.verify(m, mode="certify")
+    assert r.passed and r.details["automaton_states"] == dyck_automaton(types, depth).states
+    fmt = parse_format(m.precision)
+    for L in range(1, max_len + 1):
+        s = all_strings(L, 2 * types)
+        got = np.array([a[0] for a in run(m, s, fmt).answers])
+        assert np.array_equal(got, dyck_member(s, types, depth)), L
