@@ -402,3 +402,17 @@ def test_other_bounds_certified_and_right_on_every_string(types, depth, max_len)
         s = all_strings(L, 2 * types)
         got = np.array([a[0] for a in run(m, s, fmt).answers])
         assert np.array_equal(got, dyck_member(s, types, depth)), L
+
+
+@pytest.mark.parametrize("mode", ["exhaustive", "sample"])
+def test_every_mode_passes_the_dyck_rnn_and_refutes_a_wrong_automaton(mode):
+    """The running modes agree with the certificate: the built model passes, a wrong transition
+    ("(]" accepted as "()") is caught with a string the definition rejects."""
+    kw = {"samples": 300, "seed": 1} if mode == "sample" else {}
+    assert xf.verify(dyck(n=6), mode=mode, **kw).passed
+    wrong = build_from_automaton(_mutant_automaton("wrong transition"), 6, 2, 2, FixedPoint.binary(1, 0), "dyck-rnn",
+                                 "mutant")
+    r = xf.verify(wrong, mode=mode, **kw)
+    assert not r.passed and r.counterexample is not None
+    s = np.asarray([r.counterexample["input"]])
+    assert not dyck_member(s, 2, 2)[0] and run(wrong, s, parse_format(wrong.precision)).answers[0][0] is True
