@@ -256,6 +256,7 @@ def test_wrong_models_are_refuted_by_the_run_certificate():
 # ------------------------------------------------------------------------------------------------
 
 
+@pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")  # float32: inf * 0 upstream, caught
 def test_index_lookup_at_a_billion_positions():
     m = xf.build("index-lookup", n=1 << 30)
     r = xf.verify(m, mode="certify")
@@ -277,3 +278,18 @@ def test_equality_at_a_billion_positions(name):
     assert m.compiled.precision == "binary:int=31,frac=30"
     r = xf.verify(m, mode="certify")
     assert r.passed and r.details["engine"] == "runs", r.reason
+
+
+def test_wrong_models_at_a_billion_positions_are_not_passed():
+    """Where no counterexample can be run (inputs of 2^30 tokens), a wrong model is "unproven" with
+    the step that failed, never passed: keys one position late (a real off-by-one lookup), keys
+    from the wrong vector, negated keys."""
+    model = xf.build("index-lookup", n=1 << 30).compiled
+    kb = model.pos_embed.blocks[0]
+    for what, blk, says in (
+            ("keys one position late", dataclasses.replace(kb, first_row=1), "looked-up position"),
+            ("keys read T(j + 1)", dataclasses.replace(kb, code_start=1, count=kb.count - 1), "that no key holds"),
+            ("keys negated", dataclasses.replace(kb, scale=-kb.scale), "strict maximum")):
+        r = verify(_with_blocks(model, "pos_embed", [blk]), "certify")
+        assert not r.passed and r.counterexample is None and r.details["engine"] == "runs", what
+        assert r.reason.startswith("unproven") and says in r.reason and "no counterexample search" in r.reason, (what, r.reason)
