@@ -66,6 +66,7 @@ def test_exhaustive_sharded_over_two_workers_equals_one_process(cluster, eq16):
     _same(single, xf.verify(bad, mode="exhaustive", workers=0))
 
 
+@pytest.mark.slow
 def test_sampled_inputs_are_the_same_for_one_and_two_workers(cluster, eq16):
     bad = broken(eq16)
     for model in (eq16, bad):

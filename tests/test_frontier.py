@@ -196,3 +196,14 @@ def test_a_job_whose_worker_keeps_dying_is_resubmitted(dask_cluster, tmp_path):
     with pool(scheduler=dask_cluster.scheduler_address) as jobs:
         jobs.submit(_dies_first, (counter, 5), "dies")
         assert list(jobs.completed()) == [("dies", 5)]
+
+
+def test_the_budget_prediction_ignores_jitter_on_tiny_jobs():
+    from exactformer.verify.frontier.grid import Chain
+
+    chain = Chain("inequality", (), "fixed", [16, 32, 64])
+    chain.cells = {16: {"n": 16, "status": "certified", "seconds": 0.0003},
+                   32: {"n": 32, "status": "certified", "seconds": 1.7}}
+    assert chain.predicted() == 3.4 and chain.next_n(120) == 64  # not 1.7 * 1.7 / 0.0003
+    chain.cells[32]["seconds"] = 100.0
+    assert chain.next_n(120) is None and chain.stop(120)["why"] == "budget"

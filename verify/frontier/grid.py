@@ -35,6 +35,7 @@ FIXED_BITS = tuple(range(4, 65))
 MIN_LOG_N, MAX_LOG_N, LIMIT_LOG_N = 4, 20, 30
 DEFAULT_BUDGET = 120.0  # seconds: a chain's next job is not started when predicted to take longer
 GROWTH = 2.0  # the least growth of a job's time per doubling of N that the prediction assumes
+FLOOR = 1.0  # seconds: a job before the last one counts as at least this long in the prediction
 PATIENCE = 3  # a chain ends after this many N in a row that are not certified
 
 
@@ -109,11 +110,12 @@ class Chain:
 
     def predicted(self) -> float:
         """The next job's predicted seconds: the last one's times its growth over the one before
-        (at least :data:`GROWTH`); 0 before two jobs have run."""
+        (at least :data:`GROWTH`; the one before counted as at least :data:`FLOOR` seconds, so that
+        jitter on jobs of milliseconds predicts no blow-up); 0 before two jobs have run."""
         r = self.ran()
         if len(r) < 2:
             return 0.0
-        last, before = r[-1]["seconds"], max(r[-2]["seconds"], 1e-3)
+        last, before = r[-1]["seconds"], max(r[-2]["seconds"], FLOOR)
         return last * max(GROWTH, last / before)
 
     def next_n(self, budget: float) -> int | None:
