@@ -496,3 +496,12 @@ def test_cli_bad_input(app, extra, message):
     res = CliRunner().invoke(app, ["sizes", *extra, "--json"])  # the same, or a clash with --json
     assert res.exit_code == 2 and res.stderr.startswith("error: ")
     assert json.loads(res.stdout) == {"error": res.stderr.strip().removeprefix("error: ")}
+
+
+@pytest.mark.slow
+def test_formula_rows_are_the_built_sizes_up_to_a_billion():
+    """Index Lookup and Equality rows up to N = 2^30 (the run certificate's reach): the shapes-only
+    row is the real build's, at the largest N too."""
+    specs = [sz.SIZE_SPECS["index-lookup"], sz.SIZE_SPECS["equality"]]
+    assert all(s.build_max_n == s.max_n == 1 << 30 for s in specs)
+    assert sz.compare_providers(sz.formula_size_row, sz.built_size_row, specs, [1 << 24, 1 << 30]) == []
