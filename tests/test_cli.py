@@ -224,12 +224,12 @@ def test_find_min_precision_table_and_json():
 
 
 def test_verify_all_small():
-    r = invoke("verify", "all", "--n", "16", "--json")
+    r = invoke("verify", "all", "--n", "8", "--json")
     d = one_json(r)
-    assert r.exit_code == 0 and d["passed"] and d["n"] == 16 and d["mode"] is None and d["samples"] == ALL_SAMPLES
+    assert r.exit_code == 0 and d["passed"] and d["n"] == 8 and d["mode"] is None and d["samples"] == ALL_SAMPLES
     assert [x["name"] for x in d["reports"]] == registry.names()
     # every row in the strongest mode its construction declares: a certificate where there is one, else
-    # exhaustive where the inputs fit (the recurrent Index Lookup and Equality at N = 16), else sampled
+    # exhaustive where the inputs fit (the recurrent Index Lookup and Equality at N = 8), else sampled
     # (prefix-sums, the MPC simulation, and the recurrent MQAR have no certificate)
     for x in d["reports"]:
         assert REPORT_KEYS <= set(x) and x["precision"] and x["note"] is None, x["name"]
@@ -242,16 +242,16 @@ def test_verify_all_small():
         else:
             assert x["mode"] == "sample" and "no certificate" in x["mode_reason"], x
             assert (x["samples"], x["seed"]) == (ALL_SAMPLES, 0)
-    r = invoke("verify", "all", "--n", "16", "--mode", "sample", "--samples", "4", "--seed", "2", "--json")
+    r = invoke("verify", "all", "--n", "8", "--mode", "sample", "--samples", "4", "--seed", "2", "--json")
     d = one_json(r)  # the mode is honoured, not ignored
     assert r.exit_code == 0 and all(x["mode"] == "sample" and x["seed"] == 2 and x["samples"] == 4 for x in d["reports"])
-    r = invoke("verify", "all", "--n", "16")
+    r = invoke("verify", "all", "--n", "8")  # the table (at n = 8: the exhaustive rows are cheaper)
     assert r.exit_code == 0 and all(name in r.stdout for name in registry.names())
     # the table says which mode and how many inputs, with the seed of sampled rows
-    assert "all 2^100" in next(line for line in r.stdout.splitlines() if line.startswith("index-lookup "))
-    r = invoke("verify", "all", "--n", "16", "--mode", "sample", "--samples", "4")
+    assert "all 2^51" in next(line for line in r.stdout.splitlines() if line.startswith("index-lookup "))
+    r = invoke("verify", "all", "--n", "8", "--mode", "sample", "--samples", "4")
     row = next(line for line in r.stdout.splitlines() if line.startswith("k-hop "))
-    assert " sample " in row and "of 16^16 (4 random, seed 0" in row
+    assert " sample " in row and "of 8^8 (4 random, seed 0" in row
 
 
 def _inputs(report: dict) -> int:

@@ -223,6 +223,7 @@ def test_saved_manifest_records_certified_arithmetics(tmp_path):
     assert man["certified_arithmetics"] is None
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name,kw", [("index-lookup", dict(n=64, alphabet=8)), ("equality", dict(n=16))])
 def test_eta_just_below_the_float32_certified_bound_is_refuted_in_torch(name: str, kw: dict):
     """Lower eta on the grid from the robust default: the float32 certificate proves down to some

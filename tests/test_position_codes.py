@@ -38,6 +38,7 @@ def brute_max(code) -> tuple[Fraction, np.ndarray]:
 # ------------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_field_tables_match_galois():
     galois = pytest.importorskip("galois")
     for m in range(1, gen.M_MAX + 1):
@@ -50,6 +51,7 @@ def test_field_tables_match_galois():
         assert np.array_equal(ours, theirs), m
 
 
+@pytest.mark.slow
 def test_rs_symbols_are_polynomial_evaluations():
     galois = pytest.importorskip("galois")
     for m, d in [(2, 3), (4, 3)]:

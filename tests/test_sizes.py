@@ -240,6 +240,7 @@ def _drawn(fig):
     return fig.canvas.get_renderer()
 
 
+@pytest.mark.slow
 def test_family_figures_draw_every_line_visibly_with_legends_outside(tmp_path):
     """Equal lines (equality and inequality built; the RNN bounds of Thm 3 and Prop. 9) are drawn
     once with both names, built lines carry markers, and no legend covers its axes."""
@@ -261,6 +262,7 @@ def test_family_figures_draw_every_line_visibly_with_legends_outside(tmp_path):
         assert fig._suptitle.get_text() == figures.REFERENCE_NOTE
 
 
+@pytest.mark.slow
 def test_family_figures_say_what_they_do_not_show(tmp_path):
     """A family without built rows (Dyck when no row is built) says "bounds only" on every panel, one
     with them (Dyck with its RNN, k-hop built as weights) does not; Match2, without bounds, says it
@@ -312,6 +314,7 @@ def committed():
     return json.loads((FIGURES / "sizes.json").read_text())
 
 
+@pytest.mark.slow
 def test_committed_report_is_current(committed):
     """The committed rows equal freshly built ones for N <= 2^8 (and every bound at every N)."""
     specs = [sz.SIZE_SPECS[s] for s in committed["specs"]]
@@ -399,6 +402,7 @@ def test_cli_csv_and_table(app):
     assert res.exit_code == 0 and "index-lookup" in res.stdout and "RNN m ≥ (Thm 11)" in res.stdout
 
 
+@pytest.mark.slow
 def test_cli_plot(app, tmp_path):  # PNG files are checked with the generator
     out = tmp_path / "p.SVG"
     res = CliRunner().invoke(app, ARGS + ["--plot", str(out)])

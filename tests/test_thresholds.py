@@ -301,6 +301,7 @@ def test_mutant_readout_threshold():
 # ------------------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_larger_models_certify_and_sample():
     for m in (th.disjointness(2048, positions="reed-solomon"), th.k_cnf(512, positions="reed-solomon")):
         rep = verify(m, mode="certify")
