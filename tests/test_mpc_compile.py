@@ -39,9 +39,12 @@ def test_invariant_on_every_equality_pattern(branching):
 
 @pytest.mark.slow
 def test_induction_heads_on_all_bell_10_patterns():
-    """Bell(10) = 115,975 equality patterns: every string of length 10 over every alphabet (~5 s)."""
+    """Bell(10) = 115,975 equality patterns: every string of length 10 over every alphabet, through
+    the five levels (protocol, ideal and fixed-point program, the weights, truth)."""
     rep = build("induction-heads", 10).verify("exhaustive")
-    assert rep.passed and rep.inputs == 115975 and rep.levels == ["mpc", "ideal", "binary:int=4,frac=2", "truth"]
+    assert rep.passed and rep.inputs == 115975, rep.reason
+    assert rep.levels[:3] == ["mpc", "ideal", "binary:int=4,frac=2"] and rep.levels[-1] == "truth"
+    assert len(rep.levels) == 5 and rep.levels[3].startswith("softmax binary:"), rep.levels
 
 
 def test_invariant_for_push_protocols():

@@ -59,7 +59,7 @@ def test_automaton_sizes(types, depth, states, units):
     assert hidden_units(types, depth) == units == dyck(types=types, depth=depth).width
 
 
-@pytest.mark.parametrize("types,depth,max_len", [(2, 2, 10), (1, 3, 12), (3, 2, 7), (2, 1, 10)])
+@pytest.mark.parametrize("types,depth,max_len", [(2, 2, 9), (1, 3, 12), (3, 2, 7), (2, 1, 9)])
 def test_the_automaton_is_the_definition(types, depth, max_len):
     """The specification (the automaton the certificate compares with) accepts exactly the strings
     the stack definition accepts, every string up to the length."""
