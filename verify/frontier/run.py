@@ -6,12 +6,6 @@ and the chain's next job is submitted then, so jobs of many chains run side by s
 stops at its first N that is not certified. Cached results are used without running anything (no
 cluster is started when every needed result is cached), so an interrupted run resumes where it
 stopped and a re-run computes only what changed.
-
-With more than one worker, a chain also runs one N ahead (at a lower priority) when the budget's
-prediction allows it: the chain's last jobs would otherwise run one after another while other
-workers idle. A result run
-ahead joins its chain only when the chain reaches that N (the serial rule decides, so the table
-is the serial run's); one the chain never reaches is only cached.
 """
 
 from __future__ import annotations
@@ -25,9 +19,8 @@ from exactformer.constructions.core import registry
 from exactformer.verify.distributed.engine import check_scheduler, check_workers, pool
 from exactformer.verify.frontier import report
 from exactformer.verify.frontier.cache import Cache, code_version, default_dir
-from exactformer.verify.frontier.grid import (DEFAULT_BUDGET, GROWTH, MAX_LOG_N, MIN_LOG_N, Chain,
-                                              check_arithmetics, check_budget, check_constructions, check_log_n,
-                                              check_params)
+from exactformer.verify.frontier.grid import (DEFAULT_BUDGET, MAX_LOG_N, MIN_LOG_N, Chain, check_arithmetics,
+                                              check_budget, check_constructions, check_log_n, check_params)
 from exactformer.verify.frontier.jobs import run_job
 
 #: ``progress(event)`` events: {"done": job result, "cached": bool, "total": jobs the grid may still need}
@@ -97,61 +90,41 @@ def frontier(constructions: Any = None, arithmetics: Any = None, min_log_n: int 
     def remaining() -> int:
         return sum(len(c.ns) - len(c.ran()) for c in chains if c.stop(budget) is None)
 
-    ahead: dict[str, dict[str, Any]] = {}  # results run ahead that their chain has not reached yet
-
     def advance(chain: Chain) -> Any:
-        """Take the chain's cached results and results run ahead; the next job to run (None: none)."""
+        """Take the chain's cached results; the next job to run (None: none)."""
         nonlocal cached
         while True:
             n = chain.next_n(budget)
             if n is None:
                 return None
-            job = chain.job(n)
-            early = ahead.pop(store.key(job), None)
-            hit = early if early is not None else store.get(job)
+            hit = store.get(chain.job(n))
             if hit is None:
-                return job
+                return chain.job(n)
             chain.cells[n] = hit
-            cached += early is None
-            notify({"done": hit, "cached": early is None, "total": remaining()})
+            cached += 1
+            notify({"done": hit, "cached": True, "total": remaining()})
 
     todo = [(chain, job) for chain in chains if (job := advance(chain)) is not None]
     where = "nothing run: every result was cached"
     if todo:
-        running: dict[str, tuple[Chain, Any, bool]] = {}  # key -> (chain, job, run ahead)
+        by_key = {}
         with pool(workers, scheduler) as jobs:
             where = jobs.where
-
-            def submit(chain: Chain, job: Any) -> None:
-                """Run ``job``, which its chain waits for, and the chain's next N ahead of it."""
-                key = store.key(job)
-                if key in running:  # already running ahead: the chain now waits for it
-                    running[key] = (chain, job, False)
-                else:
-                    running[key] = (chain, job, False)
-                    jobs.submit(run_job, job.to_dict(), key, priority=-job.n.bit_length())
-                i = chain.ns.index(job.n) + 1
-                if jobs.workers > 1 and i < len(chain.ns) and chain.predicted() * GROWTH * GROWTH <= budget:
-                    nxt = chain.job(chain.ns[i])
-                    k = store.key(nxt)
-                    if k not in running and k not in ahead and store.get(nxt) is None:
-                        running[k] = (chain, nxt, True)
-                        jobs.submit(run_job, nxt.to_dict(), k, priority=-nxt.n.bit_length() - 64)
-
             for chain, job in todo:
-                submit(chain, job)
+                key = store.key(job)
+                by_key[key] = (chain, job)
+                jobs.submit(run_job, job.to_dict(), key, priority=-job.n.bit_length())
             for key, result in jobs.completed():
-                chain, job, early = running.pop(key)
-                computed += 1
+                chain, job = by_key.pop(key)
                 if result["status"] != "error":  # an error (a bug, memory) is run again next time
                     store.put(job, result)
-                if early:  # its chain takes it when (if) it reaches that N
-                    ahead[key] = result
-                    continue
                 chain.cells[job.n] = result
+                computed += 1
                 notify({"done": result, "cached": False, "total": remaining()})
                 nxt = advance(chain)
                 if nxt is not None:
-                    submit(chain, nxt)
+                    k = store.key(nxt)
+                    by_key[k] = (chain, nxt)
+                    jobs.submit(run_job, nxt.to_dict(), k, priority=-nxt.n.bit_length())
     return Frontier(chains, ns, budget, version, computed, cached, time.perf_counter() - t0, where,
                     None if root is None else str(root), {name: registry.get(name).theorem for name in names})
