@@ -119,15 +119,20 @@ class RetrieveByPosition(ViewHead):
         w_t, w_l = arith.row_weights(t, lv, np.array([[n_keys - 1]]))
         return Fraction(arith.to_fraction(w_t.lo[0])), (n_keys - 1) * Fraction(arith.to_fraction(w_l.hi[0, 0]))
 
-    # ---- the local certificate ----------------------------------------------------------------------
-    def certify_head(self, ctx: CertContext, layer: int, head: int, state: State, need: np.ndarray) -> list[tuple[Group, Box]]:
-        """The head's output z at every position of ``need``, as (group, table [*, dv]) pairs."""
+    def _code_logits(self, ctx: Any, layer: int, head: int) -> tuple[str, dict, np.ndarray, np.ndarray, tuple]:
+        """What both certificates read first: the head's name, weights, query and key code columns
+        (which no earlier layer may write) and the logit form over them (:func:`logit_form`)."""
         where = f"blocks.{layer}.attn head {head}"
         hw = ctx.head_weights(layer, head)
         qcols, kcols = ctx.slot(self.query), ctx.slot(self.key)
         if ctx.written and np.any(ctx.written[layer][np.concatenate([qcols, kcols])]):
             raise Unproven(f"{where}: an earlier layer writes into the query or key code columns")
-        alpha, beta, const, n_dims = logit_form(ctx, hw, qcols, kcols, where)
+        return where, hw, qcols, kcols, logit_form(ctx, hw, qcols, kcols, where)
+
+    # ---- the local certificate ----------------------------------------------------------------------
+    def certify_head(self, ctx: CertContext, layer: int, head: int, state: State, need: np.ndarray) -> list[tuple[Group, Box]]:
+        """The head's output z at every position of ``need``, as (group, table [*, dv]) pairs."""
+        where, hw, qcols, kcols, (alpha, beta, const, n_dims) = self._code_logits(ctx, layer, head)
         gens: list[Any] = []
         keys = CodeSource(ctx, kcols, "key", gens).keys(ctx.T)
         queries = CodeSource(ctx, qcols, "query", gens).queries(need, ctx.domains)
@@ -154,12 +159,7 @@ class RetrieveByPosition(ViewHead):
         (:func:`~exactformer.constructions.codes.weights.classify`): the keys are runs of vector
         indices of one Reed--Solomon∘Hadamard code, and each piece of queries with one histogram
         gets one row."""
-        where = f"blocks.{layer}.attn head {head}"
-        hw = ctx.head_weights(layer, head)
-        qcols, kcols = ctx.slot(self.query), ctx.slot(self.key)
-        if ctx.written and np.any(ctx.written[layer][np.concatenate([qcols, kcols])]):
-            raise Unproven(f"{where}: an earlier layer writes into the query or key code columns")
-        alpha, beta, const, n_dims = logit_form(ctx, hw, qcols, kcols, where)
+        where, hw, qcols, kcols, (alpha, beta, const, n_dims) = self._code_logits(ctx, layer, head)
         ksrc, qsrc = CodeSource(ctx, kcols, "key", []), CodeSource(ctx, qcols, "query", [])
         if any(name == "tok" for name, _ in ksrc.blocks):
             raise Unproven("the key code depends on the token (a token embedding block fills the key slot)")
