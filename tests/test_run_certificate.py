@@ -157,6 +157,9 @@ TABLE = [
     ("equality", dict(n=1024), ("fixed", "float32")),
     ("inequality", dict(n=64), ("fixed", "float64")),
     ("disjointness", dict(n=32), ("fixed", "float64")),
+    ("disjointness", dict(n=256), ("fixed", "float64")),  # one run of features (Reed-Solomon code)
+    ("threshold", dict(n=64, b=3, features=[{"count": 16, "index": [1, 33], "g": "0110"},
+                                            {"count": 16, "index": [17, 49], "g": "0110"}]), ("fixed", "float64")),
 ]
 
 

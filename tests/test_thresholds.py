@@ -127,7 +127,8 @@ def test_callable_and_table_g_agree():
     (lambda: th.threshold_features(8, [[1, 2]], b=0), "no g given"),
     (lambda: th.threshold_features(2, [[1], [2], [1]], b=0, g=[0, 1]), r"number of features must lie in \[1, n\]"),
     (lambda: th.threshold_features(8, [[1, 2]], b=0, g=[0, 1, 1, 0], k=9), r"k must be an integer in \[1, 8\]"),
-    (lambda: th.threshold_features(1), r"n must be an integer in \[2, 2\^22\]"),
+    (lambda: th.threshold_features(1), r"n must be an integer in \[2, 2\^30\]"),
+    (lambda: th.threshold_features(1 << 23), r"n must be an integer in \[2, 2\^22\]"),  # listed (random) features
     (lambda: th.disjointness(7), r"n must be an even integer"),
     (lambda: th.k_dnf(6, [[1, 0]]), "literal 0 out of range"),
     (lambda: th.k_cnf(6, [[1, -7]]), "literal -7 out of range"),

@@ -11,6 +11,11 @@ EQ / INEQ from the two halves, DISJ from the two halves, k-DNF / k-CNF from the 
 truth tables, b) from ``model.task_params``: that *is* its definition. Each task's specification
 (:mod:`exactformer.constructions.core.spec`) restates its truth as a count of features compared with b.
 
+Features (:class:`Features`) are listed one by one (:class:`FeatureTable`: index arrays, m <= 2^22)
+or given as runs (:class:`FeatureRuns`: a rule over positions, e.g. Disjointness's one run "feature
+i reads (i, i + N/2)"), which the builder, the specification as runs and the saved manifest hold
+in O(runs), so N reaches 2^30.
+
 Sources:
 
 * ``exhaustive``: all 2^N inputs in counting order (x_1 is the most significant bit), vectorised.
@@ -26,17 +31,21 @@ Sources:
 
 from __future__ import annotations
 
+import bisect
 import itertools
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
 from typing import Any, Iterator, Sequence
 
 import numpy as np
 
 from exactformer.constructions.core.ir import CompiledModel
-from exactformer.constructions.core.runs import Classes, Counting, DomainRuns, FeatureRun
+from exactformer.constructions.core.runs import Classes, Counting, Declined, DomainRuns, FeatureRun
 from exactformer.constructions.core.spec import CountThreshold
 from exactformer.constructions.core.task import Batch, Domains, PowerCount, Task, TaskError, power_count, redefines
 
 MAX_K = 8  # heads = k; the MLP has up to 2 * G * 2^k units
+MAX_LISTED = 1 << 22  # features listed one by one (index arrays [m, k]) up to this many
 
 
 class ThresholdError(TaskError):
@@ -184,6 +193,311 @@ def random_clauses(n: int, m: int, k: int, seed: int) -> list[list[int]]:
         sg = rng.choice([-1, 1], size=k)
         out.append([int(v * s) for v, s in zip(vs, sg)])
     return out
+
+
+# ------------------------------------------------------------------------------------------------
+# the features of a model: listed one by one, or as runs (a rule over positions)
+# ------------------------------------------------------------------------------------------------
+
+#: Pieces of a map from positions to code indices: (start, stop, slope, offset), index
+#: slope * p + offset on [start, stop), slope 0 or 1, the pieces covering [0, T) in order.
+Pieces = list[tuple[int, int, int, int]]
+
+
+class Features(ABC):
+    """The m <= N features of a threshold model, feature j (1-based) computed at position j: its
+    index set I_j (ordered, at most ``k`` slots) and type (an index into ``types``, the distinct
+    (arity, truth table) pairs; -1 for an empty feature)."""
+
+    n: int
+    k: int
+    types: list[tuple[int, tuple[int, ...]]]
+
+    @property
+    @abstractmethod
+    def m(self) -> int:
+        """The number of features."""
+
+    @abstractmethod
+    def arrays(self) -> tuple[np.ndarray, np.ndarray]:
+        """(index [m, k] int64 1-based, 0 = unused slot; type [m] int64): every feature listed
+        (ThresholdError beyond :data:`MAX_LISTED` features)."""
+
+    @abstractmethod
+    def code_runs(self, h: int, limit: int) -> list[tuple[str, int, int, int]] | None:
+        """The code index head ``h`` queries at positions 0..N (I_j[h] at position j; 0, BOS's
+        vector, at BOS, at positions without a feature and in unused slots) as maximal runs
+        ("affine", start, stop, index at start) (index + 1 per position) or ("constant", start,
+        stop, index), scanned left to right. Listed features: None when there are more than
+        ``limit`` runs (a table of indices, :meth:`query_table`, is then cheaper); features as
+        runs always give their runs (O(runs) of them, whatever N is)."""
+
+    @abstractmethod
+    def query_table(self, h: int) -> np.ndarray:
+        """The code index head ``h`` queries at every position 0..N (int64 [N + 1])."""
+
+    @abstractmethod
+    def type_runs(self) -> tuple[np.ndarray, np.ndarray]:
+        """(starts, type) over positions 0..N: positions [starts[i], starts[i+1]) have feature type
+        ``type[i]`` (-1: BOS, no feature, or an empty one)."""
+
+    @abstractmethod
+    def task_params(self) -> dict[str, Any]:
+        """How ``model.task_params`` records the features (the general task's definition)."""
+
+
+def greedy_runs(pieces: Pieces, T: int) -> list[tuple[str, int, int, int]]:
+    """The runs :meth:`Features.code_runs` describes, from pieces of the index map, without listing
+    positions: a run starting at i is affine when the index at i + 1 is one more, and then
+    extends while the index keeps growing by one, else constant while it stays equal (whole
+    pieces of the matching slope are taken at once)."""
+    starts = [p[0] for p in pieces]
+
+    def piece(i: int) -> tuple[int, int, int, int]:
+        return pieces[bisect.bisect_right(starts, i) - 1]
+
+    def at(i: int) -> int:
+        _, _, slope, off = piece(i)
+        return slope * i + off
+
+    runs, i = [], 0
+    while i < T:
+        v, j = at(i), i + 1
+        kind, step = ("affine", 1) if j < T and at(j) == v + 1 else ("constant", 0)
+        while j < T:
+            _, stop, slope, off = piece(j)
+            if slope * j + off != v + step * (j - i):
+                break
+            j = stop if slope == step else j + 1
+        runs.append((kind, i, j, v))
+        i = j
+    return runs
+
+
+def _table_runs(qidx: np.ndarray) -> list[tuple[str, int, int, int]]:
+    """:func:`greedy_runs` of an index table (one entry per position)."""
+    T, runs, i = len(qidx), [], 0
+    while i < T:
+        j = i + 1
+        if j < T and qidx[j] == qidx[i] + 1:
+            while j < T and qidx[j] == qidx[j - 1] + 1:
+                j += 1
+            runs.append(("affine", i, j, int(qidx[i])))
+        else:
+            while j < T and qidx[j] == qidx[i]:
+                j += 1
+            runs.append(("constant", i, j, int(qidx[i])))
+        i = j
+    return runs
+
+
+class FeatureTable(Features):
+    """Features listed one by one (:func:`normalize_features`): index [m, k] and type [m] arrays."""
+
+    def __init__(self, n: int, index: np.ndarray, ftype: np.ndarray, types: list):
+        self.n, self.index, self.ftype, self.types = int(n), index, ftype, types
+        self.k = int(index.shape[1])
+
+    @property
+    def m(self) -> int:
+        return int(len(self.ftype))
+
+    def arrays(self) -> tuple[np.ndarray, np.ndarray]:
+        return self.index, self.ftype
+
+    def query_table(self, h: int) -> np.ndarray:
+        out = np.zeros(self.n + 1, dtype=np.int64)
+        out[1 : self.m + 1] = self.index[:, h]
+        return out
+
+    def code_runs(self, h: int, limit: int) -> list[tuple[str, int, int, int]] | None:
+        runs = _table_runs(self.query_table(h))
+        return runs if len(runs) <= limit else None
+
+    def type_runs(self) -> tuple[np.ndarray, np.ndarray]:
+        tpos = np.full(self.n + 1, -1, dtype=np.int64)
+        tpos[1 : self.m + 1] = self.ftype
+        starts = np.r_[0, np.flatnonzero(np.diff(tpos) != 0) + 1].astype(np.int64)
+        return starts, tpos[starts]
+
+    def task_params(self) -> dict[str, Any]:
+        return {"feature_index": self.index, "feature_type": self.ftype}
+
+
+@dataclass(frozen=True)
+class FeatureBlock:
+    """Features ``first`` .. ``first + count - 1``: feature first + t has index set
+    (start[0] + step[0] t, start[1] + step[1] t, ...) (step 0 or 1 per slot) and type ``type``."""
+
+    first: int
+    count: int
+    start: tuple[int, ...]
+    step: tuple[int, ...]
+    type: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {"first": self.first, "count": self.count, "index": list(self.start), "step": list(self.step),
+                "type": self.type}
+
+
+class FeatureRuns(Features):
+    """Features as runs (:class:`FeatureBlock`, consecutive from feature 1): a rule over positions,
+    held in O(runs) whatever N is. Disjointness is one run: feature i reads (i, i + N/2)."""
+
+    def __init__(self, n: int, k: int, blocks: Sequence[FeatureBlock], types: list):
+        self.n, self.k, self.blocks, self.types = int(n), int(k), tuple(blocks), types
+
+    @property
+    def m(self) -> int:
+        return sum(b.count for b in self.blocks)
+
+    def arrays(self) -> tuple[np.ndarray, np.ndarray]:
+        if self.m > MAX_LISTED:
+            raise ThresholdError(f"listing the features one by one needs m <= 2^22 features, got m = {self.m}")
+        index = np.zeros((self.m, self.k), dtype=np.int64)
+        ftype = np.empty(self.m, dtype=np.int64)
+        for b in self.blocks:
+            t = np.arange(b.count, dtype=np.int64)
+            for h, (s, d) in enumerate(zip(b.start, b.step)):
+                index[b.first - 1 : b.first - 1 + b.count, h] = s + d * t
+            ftype[b.first - 1 : b.first - 1 + b.count] = b.type
+        return index, ftype
+
+    def pieces(self, h: int) -> Pieces:
+        """The index head ``h`` queries, as pieces over positions 0..N (see :data:`Pieces`)."""
+        out: Pieces = [(0, 1, 0, 0)]
+        for b in self.blocks:
+            if h < len(b.start):
+                out.append((b.first, b.first + b.count, b.step[h], b.start[h] - b.step[h] * b.first))
+            else:
+                out.append((b.first, b.first + b.count, 0, 0))
+        if self.m < self.n:
+            out.append((self.m + 1, self.n + 1, 0, 0))
+        return out
+
+    def code_runs(self, h: int, limit: int) -> list[tuple[str, int, int, int]]:
+        return greedy_runs(self.pieces(h), self.n + 1)
+
+    def query_table(self, h: int) -> np.ndarray:
+        if self.n + 1 > MAX_LISTED:
+            raise ThresholdError(f"a table of query indices needs N <= 2^22, got N = {self.n}")
+        p = np.arange(self.n + 1, dtype=np.int64)
+        out = np.zeros(self.n + 1, dtype=np.int64)
+        for a, b, slope, off in self.pieces(h):
+            out[a:b] = slope * p[a:b] + off
+        return out
+
+    def type_runs(self) -> tuple[np.ndarray, np.ndarray]:
+        starts, types = [0], [-1]
+        for b in self.blocks:
+            if b.type != types[-1]:
+                starts.append(b.first)
+                types.append(b.type)
+        if self.m < self.n and types[-1] != -1:
+            starts.append(self.m + 1)
+            types.append(-1)
+        return np.array(starts, np.int64), np.array(types, np.int64)
+
+    def task_params(self) -> dict[str, Any]:
+        return {"feature_runs": [b.to_json() for b in self.blocks]}
+
+    def counting(self) -> tuple[FeatureRun, ...] | None:
+        """The features as :class:`~exactformer.constructions.core.runs.FeatureRun` (reads at
+        p + offsets, p the feature's position; input bit i is token position i), or None when a
+        run reads a fixed position (a slot of step 0)."""
+        out = []
+        for b in self.blocks:
+            if b.type < 0:
+                continue
+            if any(d != 1 for d in b.step):
+                return None
+            r, table = self.types[b.type]
+            out.append(FeatureRun(b.first, b.first + b.count, tuple(s - b.first for s in b.start),
+                                  np.asarray(table, dtype=np.int64).reshape((2,) * r)))
+        return tuple(out)
+
+
+def feature_runs(n: int, runs: Sequence[Any], g: Any, k: int | None) -> FeatureRuns:
+    """Validate features given as runs: a list of {"count": c, "index": [i_1, ..], "step": [0|1, ..]
+    (default all 1), "g": truth table (default the shared ``g``)}; run r holds the next c
+    features, feature t of the run (t = 0 .. c - 1) reading (i_1 + step_1 t, i_2 + step_2 t, ..)."""
+    items = []
+    for r, item in enumerate(runs):
+        where = f"features[{r}]"
+        if not isinstance(item, dict) or set(item) - {"count", "index", "step", "g"} or not {"count", "index"} <= set(item):
+            raise ThresholdError(f"{where}: a run is an object with keys count, index and optionally step, g")
+        c, idx = item["count"], item["index"]
+        if isinstance(c, bool) or not isinstance(c, (int, np.integer)) or c < 1:
+            raise ThresholdError(f"{where}: count must be an integer >= 1, got {c!r}")
+        if not _is_index_set(idx):
+            raise ThresholdError(f"{where}: index must be a list of ints in [1, {n}]")
+        step = item.get("step", [1] * len(idx))
+        if not _is_index_set(step) or len(step) != len(idx) or any(int(d) not in (0, 1) for d in step):
+            raise ThresholdError(f"{where}: step must list 0 or 1 for each of the {len(idx)} indices")
+        items.append((int(c), [int(v) for v in idx], [int(d) for d in step], item.get("g", g), where))
+    if not items:
+        raise ThresholdError("features must be a list of index sets (or of (index set, g) pairs), or of runs")
+    m = sum(c for c, *_ in items)
+    if m > n:
+        raise ThresholdError(f"features: the number of features must lie in [1, n] = [1, {n}], got {m}")
+    kmax = max(len(idx) for _, idx, *_ in items)
+    k = max(1, kmax) if k is None else k
+    if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or not 1 <= k <= MAX_K:
+        raise ThresholdError(f"k must be an integer in [1, {MAX_K}], got {k!r}")
+    types: list[tuple[int, tuple[int, ...]]] = []
+    blocks, first = [], 1
+    for c, idx, step, gg, where in items:
+        if len(idx) > k:
+            raise ThresholdError(f"{where}: |I_j| = {len(idx)} exceeds k = {k} (allowed: |I_j| <= k)")
+        for s, d in zip(idx, step):
+            for v in (s, s + d * (c - 1)):
+                if not 1 <= v <= n:
+                    raise ThresholdError(f"{where}: index {v} out of range; indices must lie in [1, n] = [1, {n}]")
+        for a in range(len(idx)):
+            for b in range(a + 1, len(idx)):
+                gap, rate = idx[b] - idx[a], step[a] - step[b]
+                if (rate == 0 and gap == 0) or (rate != 0 and gap % rate == 0 and 0 <= gap // rate < c):
+                    raise ThresholdError(f"{where}: index sets repeat an index (slots {a} and {b} meet)")
+        t = -1
+        if idx:
+            if gg is None:
+                raise ThresholdError(f"{where}: no g given (pass g=... or a g in the run)")
+            key = (len(idx), _table_of(gg, len(idx), where))
+            if key not in types:
+                types.append(key)
+            t = types.index(key)
+        blocks.append(FeatureBlock(first, c, tuple(idx), tuple(step), t))
+        first += c
+    return FeatureRuns(n, int(k), blocks, types)
+
+
+def features_of(n: int, features: Sequence[Any], g: Any, k: int | None) -> Features:
+    """A builder's ``features`` argument validated: runs (every item an object, :func:`feature_runs`)
+    or features listed one by one (:func:`normalize_features`)."""
+    if isinstance(features, (list, tuple)) and features and all(isinstance(f, dict) for f in features):
+        return feature_runs(n, features, g, k)
+    if isinstance(features, (list, tuple)) and any(isinstance(f, dict) for f in features):
+        raise ThresholdError("features: either every item is a run (an object) or none is")
+    if isinstance(features, (list, tuple)) and len(features) > MAX_LISTED:
+        raise ThresholdError(f"features: at most 2^22 features listed one by one (give runs for more), got {len(features)}")
+    return FeatureTable(n, *normalize_features(n, features, g, k))
+
+
+def disjointness_features(n: int) -> FeatureRuns:
+    """DISJ's N/2 features NAND(x_i, x_{i+N/2}), i = 1 .. N/2: one run."""
+    h = n // 2
+    return FeatureRuns(n, 2, [FeatureBlock(1, h, (1, 1 + h), (1, 1), 0)], [(2, (1, 1, 1, 0))])
+
+
+def stored_features(n: int, tp: dict[str, Any]) -> Features:
+    """The features ``task_params`` records (:meth:`Features.task_params`; JSON lists after loading)."""
+    types = [(int(a), tuple(int(v) for v in t)) for a, t in tp["types"]]
+    if "feature_runs" in tp:
+        blocks = [FeatureBlock(int(b["first"]), int(b["count"]), tuple(int(v) for v in b["index"]),
+                               tuple(int(v) for v in b["step"]), int(b["type"])) for b in tp["feature_runs"]]
+        return FeatureRuns(n, int(tp["k"]), blocks, types)
+    return FeatureTable(n, np.asarray(tp["feature_index"], dtype=np.int64).reshape(-1, int(tp["k"])),
+                        np.asarray(tp["feature_type"], dtype=np.int64), types)
 
 
 def _bits_of(ints: np.ndarray, n: int) -> np.ndarray:
@@ -387,23 +701,22 @@ class EqualityTask(_BooleanTask):
         return np.asarray(rows)
 
 
-def threshold_spec(model: CompiledModel) -> tuple[np.ndarray, np.ndarray, list, int]:
-    """(feature index [m, k] 1-based, type [m], types [(arity, table)], b) of a threshold model,
-    re-derived from the clause list for DNF / CNF and from N for Disjointness (so the spec does
-    not depend on stored feature tables); read from ``task_params`` for general THRES."""
+def threshold_spec(model: CompiledModel) -> tuple[Features, int]:
+    """(features, b) of a threshold model, re-derived from the clause list for DNF / CNF and from N
+    for Disjointness (so the spec does not depend on stored feature tables); read from
+    ``task_params`` for general THRES (listed or as runs)."""
     tp = model.task_params
     kind, n = tp.get("kind", "threshold"), model.n
     if kind == "disjointness":
-        h = n // 2
-        feats = [[i, i + h] for i in range(1, h + 1)]
-        idx, ft, types = normalize_features(n, feats, [1, 1, 1, 0], 2)
-        return idx, ft, types, h - 1
+        return disjointness_features(n), n // 2 - 1
     if kind in ("dnf", "cnf"):
         feats, m = literal_features(n, tp["clauses"], kind, None)
-        idx, ft, types = normalize_features(n, feats, None, int(tp.get("k", 0)) or None)
-        return idx, ft, types, (0 if kind == "dnf" else m - 1)
-    types = [(int(a), tuple(int(v) for v in t)) for a, t in tp["types"]]
-    return np.asarray(tp["feature_index"], dtype=np.int64), np.asarray(tp["feature_type"], dtype=np.int64), types, int(tp["b"])
+        return FeatureTable(n, *normalize_features(n, feats, None, int(tp.get("k", 0)) or None)), (0 if kind == "dnf" else m - 1)
+    return stored_features(n, tp), int(tp["b"])
+
+
+def _arrays(features: Features) -> tuple[np.ndarray, np.ndarray, list]:
+    return (*features.arrays(), features.types)
 
 
 class ThresholdTask(_BooleanTask):
@@ -423,24 +736,33 @@ class ThresholdTask(_BooleanTask):
         return threshold_spec(model)
 
     def feature_counts(self, model: CompiledModel, x: np.ndarray) -> np.ndarray:
-        idx, ft, types, _ = self._spec(model)
-        return feature_values(idx, ft, types, x).sum(axis=1)
+        return feature_values(*_arrays(self._spec(model)[0]), x).sum(axis=1)
 
     def spec(self, model: CompiledModel) -> CountThreshold:
         """[sum_j g_j(x_{I_j}) > b]; input bit i (1-based) is token position i (BOS at 0)."""
-        idx, ft, types, b = self._spec(model)
+        features, b = self._spec(model)
+        idx, ft, types = _arrays(features)
         feats = [(idx[ft == tau, :r], np.asarray(table, dtype=np.int64).reshape((2,) * r))
                  for tau, (r, table) in enumerate(types)]
         return CountThreshold(model.n, feats, b, False, (0, 1))
 
     def spec_runs(self, model: CompiledModel) -> Counting:
         """:meth:`spec` as runs; Disjointness's in O(1): NAND(x_i, x_{i+N/2}) at positions (i, i + N/2),
-        i in [1, N/2] (BOS at 0), b = N/2 - 1."""
-        if self.kind != "disjointness" or redefines(self, ThresholdTask, "spec"):
+        i in [1, N/2] (BOS at 0), b = N/2 - 1; a general threshold's features given as runs in
+        O(runs) (:meth:`FeatureRuns.counting`)."""
+        if redefines(self, ThresholdTask, "spec"):
             return super().spec_runs(model)
-        h = model.n // 2
-        nand = np.array([[1, 1], [1, 0]], dtype=np.int64)
-        return Counting(model.n, (FeatureRun(1, h + 1, (0, h), nand),), h - 1, False, (0, 1))
+        if self.kind == "disjointness":
+            h = model.n // 2
+            nand = np.array([[1, 1], [1, 0]], dtype=np.int64)
+            return Counting(model.n, (FeatureRun(1, h + 1, (0, h), nand),), h - 1, False, (0, 1))
+        features, b = self._spec(model)
+        runs = features.counting() if isinstance(features, FeatureRuns) else None
+        if runs is not None:
+            return Counting(model.n, runs, b, False, (0, 1))
+        if features.m > MAX_LISTED:
+            raise Declined("a run of features reads a fixed position (a slot of step 0) along more than 2^22 features")
+        return super().spec_runs(model)
 
     def truth(self, model: CompiledModel, x: np.ndarray) -> np.ndarray:
         x = np.asarray(x, dtype=np.int64)
@@ -458,7 +780,7 @@ class ThresholdTask(_BooleanTask):
                 else:
                     out &= np.any(vals, axis=1)
             return out.astype(np.int64)
-        b = self._spec(model)[3]
+        b = self._spec(model)[1]
         return (self.feature_counts(model, x) > b).astype(np.int64)
 
     def with_count(self, model: CompiledModel, targets: np.ndarray, rng: np.random.Generator) -> np.ndarray:
@@ -477,7 +799,7 @@ class ThresholdTask(_BooleanTask):
            random flip when no flip improves.
         Returns (x [R, N], found [R] bool). Best effort: exact counts can be NP-hard to reach (e.g.
         all clauses of a CNF true), so callers use what is found."""
-        idx, ft, types, _ = self._spec(model)
+        idx, ft, types = _arrays(self._spec(model)[0])
         n = model.n
         targets = np.asarray(targets, dtype=np.int64)
         R = len(targets)
@@ -517,7 +839,7 @@ class ThresholdTask(_BooleanTask):
 
     def _finish(self, model, x, targets, rng, steps: int = 24) -> np.ndarray:
         """Best single flips toward the targets (exact deltas via the incidence of bits in features)."""
-        idx, ft, types, _ = self._spec(model)
+        idx, ft, types = _arrays(self._spec(model)[0])
         n, m = model.n, len(ft)
         if not m:
             return x
@@ -570,8 +892,8 @@ class ThresholdTask(_BooleanTask):
 
     def _adversarial_round(self, model, rng):
         """Inputs with exactly b and b + 1 true features and all their single-bit flips."""
-        b = self._spec(model)[3]
-        m = len(self._spec(model)[1])
+        features, b = self._spec(model)
+        m = features.m
         targets = np.array([t for t in (b, b + 1) if 0 <= t <= m] * 2, dtype=np.int64)
         x = self.with_count(model, targets, rng)
         if not len(x):  # nothing reachable: fall back to random inputs so the source never stalls

@@ -15,6 +15,10 @@ T = N + 1; position i >= 1 holds x_i (as -1/+1) and hosts feature j = i. T(0..N)
     layer 1: UniformAverage(g -> z): z = a * sum_j g_j
     readout: ThresholdReadout(z): answer 1 iff S >= b + 1 (margin c a / 2)
 
+Features listed one by one are capped at N = 2^22; features given as runs (Disjointness, or
+``features=[{"count": .., "index": .., "step": .., "g": ..}, ..]``) are held as a rule, and the
+query code blocks are its runs, so nothing of N rows is built, certified or saved (N up to 2^30).
+
 Guarantee: correct whenever every first-layer row is within the pattern MLP's tolerance
 1/(2 max arity) of one-hot and the uniform weight a is positive.
 """
@@ -33,10 +37,14 @@ from exactformer.constructions.blocks.readout import ThresholdReadout
 from exactformer.constructions.blocks.retrieve import RetrieveByPosition
 from exactformer.constructions.theorems.boolean_tasks import (
     MAX_K,
+    MAX_LISTED,
+    Features,
+    FeatureRuns,
     ThresholdError,
     ThresholdTask,
+    disjointness_features,
+    features_of,
     literal_features,
-    normalize_features,
     random_clauses,
 )
 from exactformer.constructions.core.ir import CompiledModel, Param
@@ -54,73 +62,57 @@ CLAIM = Claim("P1 Thm 13 (App. F.3)", "2", "k (TF^2_{m,p,k})", "O(log N)", "O(lo
 def _formula_rows(note: str) -> SizeRows:
     """A particular formula has no lower bound of its own: the family's bounds are for the class."""
     return SizeRows("threshold", bounds=(), note=note)
-MAX_N = 1 << 22
+MAX_N = 1 << 30  # features given as runs (Disjointness): built and certified in O(runs), whatever N is
+MAX_N_LISTED = MAX_LISTED  # features listed one by one (index arrays of N rows)
 BOS = 2  # token id of [BOS]; tokens 0 and 1 are the bits
-MAX_RUN_BLOCKS = 16  # more query-code runs than this per head -> one table-indexed block
+MAX_RUN_BLOCKS = 16  # more query-code runs than this per head (listed features) -> one table-indexed block
 
 
-def query_indices(index: np.ndarray, n: int, h: int) -> np.ndarray:
-    """Code index queried by head h at every position 0..N: I_i[h] (position i hosts feature i),
-    0 (BOS's vector) for BOS, positions without a feature and unused slots."""
-    out = np.zeros(n + 1, dtype=np.int64)
-    out[1 : index.shape[0] + 1] = index[:, h]
-    return out
-
-
-def _code_runs(mb: ModelBuilder, slot: str, code: Any, qidx: np.ndarray) -> None:
-    """Position code blocks giving row i the code vector qidx[i]: maximal affine (slope 1) runs and
-    constant runs, or one table-indexed view when there are more than MAX_RUN_BLOCKS runs."""
-    T = len(qidx)
-    runs, i = [], 0
-    while i < T:
-        j = i + 1
-        if j < T and qidx[j] == qidx[i] + 1:
-            while j < T and qidx[j] == qidx[j - 1] + 1:
-                j += 1
-            runs.append(("affine", i, j))
-        else:
-            while j < T and qidx[j] == qidx[i]:
-                j += 1
-            runs.append(("constant", i, j))
-        i = j
-    if len(runs) > MAX_RUN_BLOCKS:
-        mb.position_code(slot, 0, T, CodeView(code, "table", qidx.copy()))
+def _code_runs(mb: ModelBuilder, slot: str, code: Any, features: Features, h: int) -> None:
+    """Position code blocks giving row i the code vector of head ``h``'s query index at i: maximal
+    affine (slope 1) runs and constant runs (:meth:`Features.code_runs`), or, for features listed
+    one by one with more than MAX_RUN_BLOCKS runs, one table-indexed view."""
+    runs = features.code_runs(h, MAX_RUN_BLOCKS)
+    if runs is None:
+        mb.position_code(slot, 0, features.n + 1, CodeView(code, "table", features.query_table(h)))
         return
-    for kind, i, j in runs:
+    for kind, i, j, v in runs:
         if kind == "affine":
-            mb.position_code(slot, i, j - i, code, int(qidx[i]))
+            mb.position_code(slot, i, j - i, code, v)
         else:
-            mb.position_code(slot, i, j - i, CodeView(code, "constant", int(qidx[i])))
+            mb.position_code(slot, i, j - i, CodeView(code, "constant", v))
 
 
 class TypeSigns:
     """Type columns as a 'code': vector i is +1 at its type's coordinate, -1 elsewhere (all -1 for
-    positions without a feature)."""
+    positions without a feature); the types held as runs (``starts``, ``types``: positions
+    [starts[r], starts[r+1]) have type ``types[r]``) over ``n`` positions."""
 
     family = "type-signs"
     is_sign_code = True
     bound = None
 
-    def __init__(self, types_of_position: np.ndarray, G: int):
-        self.types = np.asarray(types_of_position, dtype=np.int64)
-        self.k, self.n = G, len(self.types)
+    def __init__(self, starts: np.ndarray, types: np.ndarray, G: int, n: int):
+        self.starts, self.types = np.asarray(starts, dtype=np.int64), np.asarray(types, dtype=np.int64)
+        self.k, self.n = G, int(n)
 
     def numerators(self, idx) -> np.ndarray:
-        t = self.types[np.asarray(idx, dtype=np.int64)]
+        t = self.types[np.searchsorted(self.starts, np.asarray(idx, dtype=np.int64), side="right") - 1]
         return np.where(t[:, None] == np.arange(self.k)[None, :], 1, -1).astype(np.int8)
 
     signs = numerators
 
     def generator_key(self) -> tuple:
-        return (self.family, self.k, self.types.tobytes())
+        return (self.family, self.k, self.n, self.starts.tobytes(), self.types.tobytes())
 
     def describe(self) -> dict:
         return {"family": self.family, "G": self.k, "n": self.n}
 
 
-def _check_n(n: Any) -> None:
-    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or not 2 <= n <= MAX_N:
-        raise ThresholdError(f"n must be an integer in [2, 2^22], got {n!r}")
+def _check_n(n: Any, limit: int = MAX_N_LISTED, even: bool = False) -> None:
+    if (isinstance(n, bool) or not isinstance(n, (int, np.integer)) or not 2 <= n <= limit
+            or (even and n % 2)):
+        raise ThresholdError(f"n must be an{' even' if even else ''} integer in [2, 2^{limit.bit_length() - 1}], got {n!r}")
 
 
 def _build(n: int, features: Sequence[Any], b: int | None, g: Any, k: int | None, positions: Any, eta: Any,
@@ -128,10 +120,12 @@ def _build(n: int, features: Sequence[Any], b: int | None, g: Any, k: int | None
            b_at: Any = None) -> CompiledModel:
     """The Theorem 13 model; ``b_at(N')`` (None: features given by the caller) is the threshold b of
     the same kind of default features at a smaller N', for a refused ``arithmetics`` design."""
-    _check_n(n)
+    _check_n(n, MAX_N)
     n = int(n)
-    index, ftype, types = normalize_features(n, list(features), g, k)
-    m, k = index.shape
+    feats = features if isinstance(features, Features) else features_of(n, list(features), g, k)
+    if not isinstance(feats, FeatureRuns):
+        _check_n(n)
+    m, k, types = feats.m, feats.k, feats.types
     b = m // 2 if b is None else b
     if isinstance(b, bool) or not isinstance(b, (int, np.integer)) or not 0 <= b <= m:
         raise ThresholdError(f"b must be an integer in [0, m] = [0, {m}] (m = number of features), got {b!r}")
@@ -166,12 +160,10 @@ def _build(n: int, features: Sequence[Any], b: int | None, g: Any, k: int | None
     mb.token_rows([0, 1, BOS], "x", np.array([[-1], [1], [0]]))  # BOS: x = 0
     mb.position_code("key", 0, T, code)
     for h in range(k):
-        _code_runs(mb, qs[h], code, query_indices(index, n, h))
+        _code_runs(mb, qs[h], code, feats, h)
         RetrieveByPosition(qs[h], "key", ("x",), (ys[h],), eta, gram).emit(mb, 0)
     if G >= 2:
-        tpos = np.full(T, -1, dtype=np.int64)
-        tpos[1 : m + 1] = ftype
-        mb.position_code("type", 0, T, TypeSigns(tpos, G))
+        mb.position_code("type", 0, T, TypeSigns(*feats.type_runs(), G, T))
     PatternMLP(tuple(ys), "g", tuple(t[0] for t in types), tuple(tuple(t[1]) for t in types),
                "type" if G >= 2 else "").emit(mb, 0)
     UniformAverage("g", "z").emit(mb, 1)
@@ -210,7 +202,7 @@ def _build(n: int, features: Sequence[Any], b: int | None, g: Any, k: int | None
         "size_bits": Param(model.size_bits(bits), "parameters (code rows generated, not stored) x precision_bits"),
         "paper_k": Param(getattr(code, "paper_k", None), "ceil(8 ln(2(N+1)) / mu^2) (Lemma 2)"),
     }
-    model.task_params = {"n": n, "kind": kind, "b": b, "k": k, "feature_index": index, "feature_type": ftype,
+    model.task_params = {"n": n, "kind": kind, "b": b, "k": k, **feats.task_params(),
                          "types": [[t[0], list(t[1])] for t in types],
                          "code": code.describe() if hasattr(code, "describe") else {}, **extra}
     model.position_code = code
@@ -229,10 +221,12 @@ def threshold_features(n: int, features: list | None = None, b: int | None = Non
 
     Parameters
     ----------
-    n : int in [2, 2^22]. Input length N (x in {0, 1}^N).
+    n : int in [2, 2^30] (at most 2^22 unless the features are runs). Input length N (x in {0, 1}^N).
     features : list of m <= N items: an index set (distinct ints in [1, N], |I_j| <= k) or a pair
-        [index set, truth table]. Feature j is computed at position j. Default: N seeded random
-        k-subsets (k = 2) with g = parity. JSON schema: docs/thresholds.md.
+        [index set, truth table]; or a list of runs {"count": c, "index": [i_1, ..], "step": [0|1,
+        ..], "g": table}, the next c features reading (i_1 + step_1 t, ..), t = 0 .. c - 1 (held
+        as a rule, so N may reach 2^30). Feature j is computed at position j. Default: N seeded
+        random k-subsets (k = 2) with g = parity. JSON schema: docs/thresholds.md.
     b : int in [0, m]. The answer is [sum_j g_j > b]. Default m // 2.
     g : truth table (a string of 0/1, length 2^|I_j|, first input bit most significant) for the
         features that carry none.
@@ -246,9 +240,10 @@ def threshold_features(n: int, features: list | None = None, b: int | None = Non
     arithmetics : a comma list of real, float64, float32, float16, bfloat16, float8_e5m2,
         float8_e4m3; see equality (Python: also a tuple).
     """
-    _check_n(n)
+    _check_n(n, MAX_N)
     default = features is None and b is None
     if features is None:
+        _check_n(n)
         kk = 2 if k is None else k
         if isinstance(kk, bool) or not isinstance(kk, (int, np.integer)) or not 1 <= kk <= min(MAX_K, max(1, n)):
             raise ThresholdError(f"k must be an integer in [1, {min(MAX_K, n)}], got {kk!r}")
@@ -265,7 +260,7 @@ def threshold_features(n: int, features: list | None = None, b: int | None = Non
 
 
 @construction("disjointness", task=ThresholdTask("disjointness"), theorem=THEOREM, claim=CLAIM,
-              sizes=SizeRows("disjointness", max_n=1 << 22))
+              sizes=SizeRows("disjointness", build_max_n=MAX_N, max_n=MAX_N))
 def disjointness(n: int, positions: str = "auto", eta: Fraction | str | None = None,
                  precision: Format | str | None = None, max_inner: Fraction = Fraction(1, 4), seed: int = 0,
                  arithmetics: str | tuple[str, ...] | None = None) -> CompiledModel:
@@ -274,7 +269,7 @@ def disjointness(n: int, positions: str = "auto", eta: Fraction | str | None = N
 
     Parameters
     ----------
-    n : even int in [2, 2^22]. Input length N.
+    n : even int in [2, 2^30]. Input length N (the features are one run: built in O(1) of N).
     positions : auto | reed-solomon | random | onehot.
     eta : robust | threshold | minimal | a number > 0 (see equality).
     precision : binary:int=I,frac=F | paper:n=N,kc=K | float64 | float32. Default: fewest-bit binary format.
@@ -283,11 +278,9 @@ def disjointness(n: int, positions: str = "auto", eta: Fraction | str | None = N
     arithmetics : a comma list of real, float64, float32, float16, bfloat16, float8_e5m2,
         float8_e4m3; see equality (Python: also a tuple).
     """
-    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or not 2 <= n <= MAX_N or n % 2:
-        raise ThresholdError(f"n must be an even integer in [2, 2^22], got {n!r}")
+    _check_n(n, MAX_N, even=True)
     h = n // 2
-    feats = [[i, i + h] for i in range(1, h + 1)]
-    return _build(n, feats, h - 1, [1, 1, 1, 0], 2, positions, eta, precision, max_inner, seed, "disjointness", {},
+    return _build(n, disjointness_features(int(n)), h - 1, None, None, positions, eta, precision, max_inner, seed, "disjointness", {},
                   arithmetics, lambda n2: n2 // 2 - 1)
 
 
