@@ -18,7 +18,7 @@ from typer.testing import CliRunner
 
 import exactformer as xf
 from exactformer.cli.main import app
-from exactformer.verify.distributed.engine import pool
+from exactformer.verify.distributed.engine import Pool, pool
 from exactformer.verify.frontier.cache import code_version
 from exactformer.verify.frontier.grid import paper_bits
 from exactformer.verify.verifier import VerifyError
@@ -33,6 +33,18 @@ def cells(f) -> dict:
     keep = ("n", "status", "precision", "bits", "eta", "designed_for", "min_margin", "reason")
     return {(c.name, c.arithmetic): ([{k: x.get(k) for k in keep} for x in c.ran()], c.stop(f.budget))
             for c in f.chains}
+
+
+#: three N per chain, so that a chain can run one ahead (verify/frontier/run.py)
+AHEAD = SMALL | {"max_log_n": 6}
+
+
+@pytest.fixture(scope="module")
+def serial_ahead():
+    """The three-N grid in this process (one worker: nothing runs ahead)."""
+    f = xf.frontier(**AHEAD, workers=0, cache=False)
+    assert f.ran_ahead == {"run": 0, "joined": 0}
+    return f
 
 
 @pytest.fixture(scope="module")
@@ -154,6 +166,15 @@ def test_the_grid_on_two_workers_equals_the_serial_run(serial, dask_cluster):
 
 
 @pytest.mark.slow
+def test_a_grid_that_runs_ahead_on_two_workers_equals_the_serial_run(serial_ahead, dask_cluster):
+    """Three N per chain: with two workers a chain may run its third N while its second runs."""
+    two = xf.frontier(**AHEAD, scheduler=dask_cluster.scheduler_address, cache=False)
+    assert dask_cluster.scheduler_address in two.where and two.computed >= serial_ahead.computed
+    assert two.computed == serial_ahead.computed + two.ran_ahead["run"] - two.ran_ahead["joined"]
+    assert cells(two) == cells(serial_ahead)
+
+
+@pytest.mark.slow
 def test_a_worker_killed_mid_run_loses_no_result(serial, dask_cluster):
     from distributed import Client
 
@@ -207,3 +228,83 @@ def test_the_budget_prediction_ignores_jitter_on_tiny_jobs():
     assert chain.predicted() == 3.4 and chain.next_n(120) == 64  # not 1.7 * 1.7 / 0.0003
     chain.cells[32]["seconds"] = 100.0
     assert chain.next_n(120) is None and chain.stop(120)["why"] == "budget"
+
+
+# ---- running ahead (verify/frontier/run.py): the memory rule, and the table stays the serial run's ------------------
+
+
+def _result(n: int, seconds: float, start: int | None, peak: int) -> dict:
+    return {"n": n, "status": "certified", "seconds": seconds, "rss_start": start, "peak_rss": peak}
+
+
+def test_the_memory_prediction_grows_the_jobs_own_memory():
+    from exactformer.verify.frontier.grid import Chain
+    from exactformer.verify.frontier.run import MEMORY_FLOOR, predicted_peak
+
+    mb = 1 << 20
+    chain = Chain("inequality", (), "fixed", [16, 32, 64, 128])
+    assert predicted_peak(chain, 1) is None  # no result yet: not predicted
+    chain.cells = {16: _result(16, 0.1, 100 * mb, 150 * mb)}
+    assert predicted_peak(chain, 2) == 100 * mb + 50 * mb * 4  # own memory 50 MB, doubling per N
+    chain.cells[32] = _result(32, 0.1, 100 * mb, 500 * mb)  # own 400 MB after 50 MB: growth 8 per N
+    assert predicted_peak(chain, 1) == 100 * mb + 400 * mb * 8 and predicted_peak(chain, 2) == 100 * mb + 400 * mb * 64
+    chain.cells[16]["peak_rss"] = 101 * mb  # own 1 MB before: counted as MEMORY_FLOOR, no jitter blow-up
+    assert predicted_peak(chain, 1) == 100 * mb + int(400 * mb * 400 * mb / MEMORY_FLOOR)
+    chain.cells[32]["rss_start"] = None  # no start known: the whole peak counts as the job's own
+    assert predicted_peak(chain, 1) == int(500 * mb * 500 * mb / MEMORY_FLOOR)
+
+
+def test_the_memory_rule_refuses_a_job_over_the_limit_and_allows_one_that_fits():
+    from exactformer.verify.frontier.run import SAFETY, may_run_ahead
+
+    gb = 1 << 30
+    limit = 10 * gb  # per worker
+    share = int(SAFETY * limit)
+    assert may_run_ahead(2 * gb, [1 * gb, 1 * gb], 2, limit)
+    assert may_run_ahead(share, [share, 0], 2, limit)  # exactly a worker's share beside another share
+    assert not may_run_ahead(share + 1, [], 2, limit)  # over its worker's share
+    assert not may_run_ahead(4 * gb, [7 * gb, 1 * gb], 2, limit)  # fits its worker, not the two together
+    assert may_run_ahead(4 * gb, [5 * gb, 5 * gb], 3, limit) and not may_run_ahead(4 * gb, [6 * gb, 6 * gb], 3, limit)
+    # a job not predicted yet counts as a worker's share
+    assert may_run_ahead(share, [None], 2, limit) and may_run_ahead(share, [0, 6 * gb], 3, limit)
+    assert not may_run_ahead(share, [None, 6 * gb], 3, limit)
+    assert not may_run_ahead(1, [], 1, limit)  # one worker: nothing runs ahead
+    assert not may_run_ahead(None, [], 2, limit) and not may_run_ahead(1, [], 2, None)  # unknown: not run
+
+
+class _LowestPriorityFirst(Pool):
+    """Two workers in this process with a memory limit, the job of lowest priority run first: every
+    job run ahead finishes before the job its chain waits for (the order least like the serial one)."""
+
+    def __init__(self, memory_limit: int):
+        self.where, self.workers, self.memory_limit = "this process, lowest priority first", 2, memory_limit
+        self.queue: list = []
+
+    def submit(self, fn, arg, key, priority=0):
+        self.queue.append((priority, key, fn, arg))
+
+    def share(self, obj):
+        return obj
+
+    def completed(self):
+        while self.queue:
+            item = min(self.queue, key=lambda q: q[0])
+            self.queue.remove(item)
+            yield item[1], item[2](item[3])
+
+
+@pytest.mark.parametrize("limit,runs", [(64 << 30, True), (1 << 20, False)])
+def test_jobs_run_ahead_only_where_memory_allows_and_the_table_is_the_serial_runs(serial_ahead, monkeypatch, limit,
+                                                                                  runs):
+    from contextlib import contextmanager
+
+    from exactformer.verify.frontier import run
+
+    monkeypatch.setattr(run, "pool", contextmanager(lambda workers, scheduler: iter([_LowestPriorityFirst(limit)])))
+    f = xf.frontier(**AHEAD, cache=False)
+    assert cells(f) == cells(serial_ahead)
+    if runs:  # every chain's third N ran ahead of its second and joined the table
+        assert f.ran_ahead == {"run": len(f.chains), "joined": len(f.chains)} and f.computed == serial_ahead.computed
+    else:  # a worker's memory limit of 1 MB: no job is predicted to fit
+        assert f.ran_ahead == {"run": 0, "joined": 0} and f.computed == serial_ahead.computed
+    assert all(c["peak_rss"] >= (c["rss_start"] or 0) > 0 for chain in f.chains for c in chain.ran())

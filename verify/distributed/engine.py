@@ -55,10 +55,12 @@ def default_workers() -> int:
 
 class Pool(ABC):
     """Jobs submitted by key, results yielded as they finish (see the module docstring).
-    ``where`` says where they run; ``workers`` is how many run at once."""
+    ``where`` says where they run; ``workers`` is how many run at once; ``memory_limit`` the least
+    memory limit of a worker in bytes (None: none is known)."""
 
     where: str
     workers: int
+    memory_limit: int | None
 
     @abstractmethod
     def submit(self, fn: Callable[[Any], Any], arg: Any, key: str, priority: int = 0) -> None:
@@ -78,7 +80,7 @@ class InProcess(Pool):
     """Every job in this process, in submission order (highest ``priority`` first)."""
 
     def __init__(self) -> None:
-        self.where, self.workers = "this process", 1
+        self.where, self.workers, self.memory_limit = "this process", 1, None
         self._queue: deque[tuple[int, int, Callable[[Any], Any], Any, str]] = deque()
         self._count = 0
 
@@ -104,7 +106,10 @@ class DaskPool(Pool):
         from distributed import as_completed
 
         self.client, self.where = client, where
-        self.workers = max(1, len(client.scheduler_info(n_workers=-1).get("workers", {})))
+        info = client.scheduler_info(n_workers=-1).get("workers", {})
+        self.workers = max(1, len(info))
+        limits = [w.get("memory_limit") or 0 for w in info.values()]  # 0: a worker without a limit
+        self.memory_limit = min(limits) if limits and min(limits) > 0 else None
         self._done = as_completed([], with_results=False)
         self._jobs: dict[Any, tuple[Callable[[Any], Any], Any, str, int, int]] = {}
 

@@ -3,10 +3,19 @@ frontier records proofs; ``exactformer verify ... --arithmetic A`` searches one 
 not certified). Every outcome is a result, never an exception, so a worker returns it whatever
 happens: "certified", "unproven" (the certificate's reason), "refused" (the builder's, e.g. no
 format allows the arithmetic at this N) or "error" (anything unexpected, with its type).
+
+Every result also records the memory the job took: ``rss_start``, the process's resident bytes when
+it began, and ``peak_rss``, its peak resident bytes while it ran (interpreter and imports included:
+what a dask nanny compares with its worker's memory limit). The peak is reset at the start (Linux:
+``/proc/self/clear_refs``); where it cannot be, ``rss_start`` is None and ``peak_rss`` the process's
+lifetime peak, an upper bound. The schedule (:mod:`exactformer.verify.frontier.run`) predicts a
+job's memory from these before it runs one ahead of its chain.
 """
 
 from __future__ import annotations
 
+import resource
+import sys
 import time
 import traceback
 from typing import Any
@@ -17,9 +26,32 @@ from exactformer.verify.certify.composed import certify
 from exactformer.verify.frontier.grid import design_keywords
 
 
+def peak_rss() -> int:
+    """This process's peak resident memory in bytes (``ru_maxrss``: kilobytes on Linux, bytes on macOS)."""
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak if sys.platform == "darwin" else peak * 1024
+
+
+def reset_peak_rss() -> int | None:
+    """Make this process's peak resident memory its current one (Linux: "5" written to
+    ``/proc/self/clear_refs``) and return it in bytes; None where the peak cannot be reset."""
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+    except OSError:
+        return None
+    return peak_rss()
+
+
 def run_job(job: dict[str, Any]) -> dict[str, Any]:
     """The result of one job (``Job.to_dict()``): status, reason, the build's precision, bits and
-    eta, the arithmetics its design checked, and the seconds of each step."""
+    eta, the arithmetics its design checked, the seconds of each step and the memory it took
+    (``rss_start``, ``peak_rss``: the module docstring)."""
+    start = reset_peak_rss()
+    return _run(job) | {"rss_start": start, "peak_rss": peak_rss()}
+
+
+def _run(job: dict[str, Any]) -> dict[str, Any]:
     name, arithmetic, n = job["construction"], job["arithmetic"], job["n"]
     out: dict[str, Any] = dict(job)
     t0 = time.perf_counter()

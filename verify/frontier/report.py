@@ -16,7 +16,8 @@ from typing import Any
 from exactformer.verify.frontier.grid import FIXED_BITS, FIXED_BITS_SHOWN, Chain, paper_bits
 
 SCHEMA = "exactformer-frontier/1"
-_CELL_KEYS = ("n", "status", "precision", "bits", "eta", "designed_for", "min_margin", "seconds", "reason")
+_CELL_KEYS = ("n", "status", "precision", "bits", "eta", "designed_for", "min_margin", "seconds", "peak_rss",
+              "reason")
 
 
 def _log2(n: int | None) -> int | None:
@@ -48,7 +49,7 @@ def to_dict(f: Any) -> dict[str, Any]:
     out: dict[str, Any] = {
         "schema": SCHEMA, "n": f.ns, "log2_n": [_log2(f.ns[0]), _log2(f.ns[-1])], "budget_seconds": f.budget,
         "code_version": f.code_version, "where": f.where, "computed": f.computed, "cached": f.cached,
-        "seconds": round(f.seconds, 3), "cache_dir": f.cache_dir,
+        "seconds": round(f.seconds, 3), "ran_ahead": dict(f.ran_ahead), "cache_dir": f.cache_dir,
         "arithmetics": list(dict.fromkeys(c.arithmetic for c in f.chains)), "constructions": {}}
     for chain in f.chains:
         entry = out["constructions"].setdefault(chain.name, {"theorem": f.theorems.get(chain.name),
