@@ -536,6 +536,17 @@ class FixedPoint(Format):
             return np.take(table, x - x_lo, mode="clip")
         return _exp.exp_int64(x, self.scale, self.max_raw, self.nearest, xp)
 
+    def exp_zero_below(self) -> int | None:
+        """A raw d0 in [min_raw, 0) with round(e^d) = 0 for every raw d <= d0 (exp is monotone, so
+        one exact evaluation decides it): a softmax entry that far below its row's maximum is 0 and
+        adds nothing to the row's sum. None when no such d0 is within the range."""
+        S = self.scale
+        d0 = max(self.min_raw, math.floor(-S * (math.log(S) + 2.0)))
+        if d0 >= 0:
+            return None
+        e = _exp.exp_int64(np.array([d0], dtype=np.int64), S, self.max_raw, self.nearest, NP, nonpositive=True)
+        return d0 if int(e[0]) == 0 else None
+
     def _exp_table(self, xp):
         """(x_lo, table, W): exact rounded exp of every raw x in [x_lo, x_lo + W), with results 0 for
         all x below the window and saturated (max_raw + 1) above it (exp is monotone and both ends

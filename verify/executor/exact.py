@@ -27,6 +27,12 @@ answer positions, bit for bit, with shortcuts that provably change nothing:
   are computed once per distinct query vector *within one call* (inputs with equal query vectors
   have equal rows) and applied to each input's own values. Nothing that depends on an input is
   kept between calls.
+* **Windowed rows.** In fixed point (numpy) a head whose keys are codes is tried through each
+  row's window first (:mod:`exactformer.verify.executor.window`): a rounded softmax entry far enough
+  below its row's maximum is exactly 0, so a row is formed from the few keys a hash of the query's
+  sign pattern names, once every other key is certified 0 from bounds (each pruned key counted as
+  the underflow the whole row counts); where that cannot be certified for some row, or a
+  precondition fails, the attempt's events are discarded and the rows are formed whole.
 * **Sparse rows.** A rounded attention row is applied through its nonzero weights only (zero
   weights give products that are exactly 0); the sum is exact and saturated once, as in
   ``fmt.matmul``.
@@ -48,7 +54,8 @@ from typing import Any
 import numpy as np
 
 from exactformer.constructions.core.ir import CompiledModel, IRError, split_inputs
-from exactformer.precision import Format, Prepared
+from exactformer.precision import FixedPoint, Format, Prepared
+from exactformer.verify.executor.window import KeyIndex, index_keys, window_rows
 
 DEVICES = ("cpu", "cuda", "torch-cpu")
 TOKEN_TABLE_ENTRIES = 1 << 24  # per-token tables indexed by token id up to this size (else compacted)
@@ -56,6 +63,7 @@ ATTENTION_BLOCK_ENTRIES = 1 << 24  # attention entries per query chunk (rows x k
 SPARSE_FRACTION = 8  # a row block is held sparse when at most 1/SPARSE_FRACTION of it is nonzero
 PLAN_CACHE_SIZE = 4
 RESIDUAL_BUDGET = 1 << 25  # residual entries per batch chunk (inputs x positions x live columns)
+WINDOW_ROWS = 1 << 15  # query rows per block of the windowed attention
 
 
 class ExecutorError(ValueError):
@@ -317,6 +325,9 @@ class _Plan:
         self._shared_rows: dict[tuple, _Rows] = {}
         self._token_tables: dict[tuple, Any] = {}
         self._prepared: dict[int, tuple] = {}  # id(shared keys) -> (keys, Prepared); the keys are held
+        # the windowed attention (verify/executor/window.py): numpy fixed point with an exp zero
+        self._d0 = fmt.exp_zero_below() if isinstance(fmt, FixedPoint) and not be.torch else None
+        self._key_index: dict[tuple, KeyIndex | None] = {}  # shared keys' index per (layer, head)
 
     # ---- structure ----------------------------------------------------------------------------
     def _prepare(self, attn, mlp) -> dict[str, Any]:
@@ -564,6 +575,13 @@ class _Plan:
         if L["v_dims"][h].size == 0:  # the head writes nothing
             return be.put(np.zeros((B, q_pos.size, 0), dtype=np.int64 if self.fmt.is_exact else np.float64))
         allpos = np.arange(self.T)
+        if self._d0 is not None:
+            c = self.fmt.counts
+            before = (c.saturations, c.underflows)
+            out = self._window_head(li, L, h, tokens, x, q_pos)
+            if out is not None:
+                return out
+            c.saturations, c.underflows = before  # the attempt's events are discarded: computed below
         if L["qk_split"][h] is not None:
             c = self.fmt.counts
             before = (c.saturations, c.underflows)
@@ -588,6 +606,60 @@ class _Plan:
             else:
                 outs.append(self._dense(q, k, v, qp, L["causal"], B))
         return outs[0] if len(outs) == 1 else be.cat(outs, axis=1)
+
+    def _window_head(self, li: int, L, h: int, tokens: np.ndarray, x, q_pos: np.ndarray):
+        """The head's output through each row's window (module docstring of
+        :mod:`exactformer.verify.executor.window`), bit for bit the whole rows' result with the same
+        events, or None when a row's window cannot be certified (then the rows are formed whole).
+        The projections are those the whole computation makes (the other dims' and, where the
+        head splits, the shared dims' partial logits, which must be the same for every query)."""
+        fmt, be = self.fmt, self.be
+        B, allpos = tokens.shape[0], np.arange(self.T)
+        split = L["qk_split"][h]
+        dims = None if split is None else split[1]
+        kinds = [self._source(li, self._proj_weights(L, li, h, w, dims)[0]) for w in ("Q", "K")]
+        if kinds == ["shared", "shared"]:
+            return None  # rows shared by every input: formed once per plan
+        p = None
+        if split is not None:
+            k_sh = self._proj(li, L, h, "K", tokens, x, allpos, dims=split[0])
+            q_sh = self._proj(li, L, h, "Q", tokens, x, q_pos, dims=split[0])
+            if q_sh.kind != "shared" or k_sh.kind != "shared" or np.any(q_sh.arr[0] != q_sh.arr[0][:1]):
+                return None
+            row, delta = self._counted(lambda: fmt.matmul(q_sh.arr[0][:1], be.swap(k_sh.arr[0])))
+            if delta != (0, 0) or row.dtype == object:
+                return None
+            p = row[0]
+        k = self._proj(li, L, h, "K", tokens, x, allpos, dims=dims)
+        key = (li, h)
+        if k.kind == "shared" and key in self._key_index:
+            index = self._key_index[key]
+        else:
+            index = index_keys(np.asarray(k.arr if k.kind == "shared" else k.dense(be, B)), p)
+            if k.kind == "shared":
+                self._key_index[key] = index
+        if index is None:
+            return None
+        q = self._proj(li, L, h, "Q", tokens, x, q_pos, dims=dims).dense(be, B)
+        R = q_pos.size
+        rows = np.asarray(q).reshape(B * R, -1)
+        b_of_row = np.repeat(np.arange(B), R)
+        last = np.tile(q_pos if L["causal"] else np.full(R, self.T - 1), B)
+        v = self._proj(li, L, h, "V", tokens, x, allpos, dims=L["v_dims"][h])
+        dv = int(v.arr.shape[-1])
+        out = []
+        for r0 in range(0, B * R, WINDOW_ROWS):
+            sl = slice(r0, r0 + WINDOW_ROWS)
+            win = window_rows(index, rows[sl], b_of_row[sl], last[sl], p, fmt.scale, fmt.max_raw, fmt.min_raw,
+                              self._d0)
+            if win is None:
+                return None
+            a = fmt.softmax(win.logits, axis=-1)  # the candidates' weights, events counted
+            fmt.counts.underflows += int(win.pruned.sum()) - int(np.count_nonzero(~win.ok))
+            N, K = win.pos.shape
+            vals = v.rows_at(be, np.repeat(b_of_row[sl], K), win.pos.reshape(-1)).reshape(N, K, dv)
+            out.append(fmt.matmul(a[:, None, :], vals)[:, 0])
+        return np.concatenate(out, axis=0).reshape(B, R, dv)
 
     # ---- attention rows -------------------------------------------------------------------------
     def _softmax_rows(self, logits, qp: np.ndarray, causal: bool):
