@@ -160,6 +160,9 @@ TABLE = [
     ("disjointness", dict(n=256), ("fixed", "float64")),  # one run of features (Reed-Solomon code)
     ("threshold", dict(n=64, b=3, features=[{"count": 16, "index": [1, 33], "g": "0110"},
                                             {"count": 16, "index": [17, 49], "g": "0110"}]), ("fixed", "float64")),
+    ("threshold", dict(n=64, b=5, features=[{"count": 16, "index": [1, 33], "g": "0110"},  # three types: type signs
+                                            {"count": 16, "index": [17], "g": "01"},
+                                            {"count": 4, "index": [2, 40], "g": "0001"}]), ("fixed",)),
 ]
 
 

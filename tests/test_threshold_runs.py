@@ -7,9 +7,13 @@ loaded without one array of N rows, so N reaches 2^30.
 * the certificate agrees with exhaustive enumeration at small N (and with the view certificate:
   tests/test_run_certificate.py's regression table);
 * wrong models are refuted: a query block one position off (the weights), features that the
-  weights do not compute (the descriptor of a general threshold, which defines its task);
-  Disjointness's stored runs are not read at all (its task is defined by N);
-* Disjointness at N = 2^30: built + certified, saved compact, loaded and certified from the files.
+  weights do not compute (the descriptor of a general threshold, which defines its task), type
+  signs on the wrong runs; Disjointness's stored runs are not read at all (its task is defined by
+  N); a code class that redefines its vectors is not read run by run;
+* several function types: the type-sign columns are a code constant on runs, read once per run by
+  the run certificate and saved as runs;
+* N = 2^30: Disjointness and thresholds given by runs built + certified, saved compact, loaded
+  and certified from the files (slow).
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ import pytest
 import exactformer as xf
 from exactformer.constructions.core import registry
 from exactformer.constructions.theorems import boolean_tasks as bt
+from exactformer.constructions.theorems import thresholds as th
 from exactformer.precision import parse_format
 from exactformer.verify.executor.exact import run
 from exactformer.verify.verifier import verify
@@ -79,7 +84,62 @@ def test_runs_from_pieces_equal_runs_scanned_by_position(seed):
 def test_certificate_agrees_with_exhaustive_enumeration(features, b):
     m = xf.build("threshold", n=8, features=features, b=b).compiled
     c, e = verify(m, "certify"), verify(m, "exhaustive")
+    assert c.details["engine"] == "runs", c.details["engine"]
     assert e.inputs_covered == 256 and c.passed == e.passed and c.passed, (c.reason, e.counterexample)
+
+
+MIXED16 = [{"count": 4, "index": [1, 9], "g": "0110"}, {"count": 4, "index": [5], "g": "01"},
+           {"count": 2, "index": [1, 5], "g": "0001"}]
+
+
+def _type_block(m):
+    (i,) = [i for i, b in enumerate(m.pos_embed.blocks) if isinstance(b.code, th.TypeSigns)]
+    return i
+
+
+def test_several_function_types_are_runs_of_type_signs(tmp_path):
+    """Type-sign columns are a code constant on runs (one vector per run): the run certificate
+    reads them (engine "runs"), the files record the runs (not a vector per position), and the
+    loaded model certifies the same."""
+    m = xf.build("threshold", n=16, features=MIXED16, b=3)
+    code = m.compiled.pos_embed.blocks[_type_block(m.compiled)].code
+    assert code.starts.tolist() == [0, 1, 5, 9, 11] and code.types.tolist() == [-1, 0, 1, 2, -1]
+    r = xf.verify(m, mode="certify")
+    assert r.passed and r.details["engine"] == "runs", r.reason
+    xf.save(m, tmp_path / "m")
+    entries = json.loads((tmp_path / "m" / "manifest.json").read_text())["codes"]
+    assert [e["runs"] for e in entries if "runs" in e] == [{"n": 17, "k": 3}]
+    loaded = xf.load(tmp_path / "m")
+    r2 = xf.verify(loaded, mode="certify")
+    assert r2.passed and r2.details["engine"] == "runs" and r2.min_margin == r.min_margin
+
+
+def test_wrong_or_untrusted_type_codes():
+    """Type signs that put the XOR type on the positions of the single-bit features are refuted
+    (the run certificate itself); a code class that redefines its vectors is not read run by run
+    (declined to the view certificate, which reads every vector)."""
+    from exactformer.constructions.core.runs import RunConstantCode
+
+    m = xf.build("threshold", n=16, features=MIXED16, b=3).compiled
+    i = _type_block(m)
+    old = m.pos_embed.blocks[i].code
+    bad = copy.copy(m)
+    blocks = list(m.pos_embed.blocks)
+    blocks[i] = dataclasses.replace(blocks[i], code=th.TypeSigns(old.starts, np.array([-1, 1, 0, 2, -1]), 3, old.n))
+    bad.pos_embed = dataclasses.replace(m.pos_embed, blocks=tuple(blocks))
+    r = verify(bad, "certify")
+    assert not r.passed and r.details["engine"] == "runs" and r.counterexample is not None, r.reason
+
+    class Sneaky(RunConstantCode):
+        def numerators(self, idx):
+            return super().numerators(idx)
+
+    odd = copy.copy(m)
+    blocks = list(m.pos_embed.blocks)
+    blocks[i] = dataclasses.replace(blocks[i], code=Sneaky(old.starts, old.rows, old.n))
+    odd.pos_embed = dataclasses.replace(m.pos_embed, blocks=tuple(blocks))
+    r = verify(odd, "certify")
+    assert r.passed and r.details["engine"].startswith("views"), r.details["engine"]
 
 
 def _partner_block(m):
@@ -173,8 +233,19 @@ def test_disjointness_at_a_billion_positions(tmp_path):
 
 
 @pytest.mark.slow
-def test_a_threshold_given_by_runs_at_a_billion_positions():
+@pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")
+def test_thresholds_given_by_runs_at_a_billion_positions(tmp_path):
     n = 1 << 30
     m = xf.build("threshold", n=n, features=[{"count": n // 2, "index": [1, n // 2 + 1], "g": "0110"}], b=7)
     r = xf.verify(m, mode="certify")
     assert r.passed and r.details["engine"] == "runs", r.reason
+    h = n // 2  # three function types: type-sign columns as runs, saved as runs
+    mixed = [{"count": h // 2, "index": [1, h + 1], "g": "0110"}, {"count": h // 2, "index": [h // 2 + 1], "g": "01"},
+             {"count": 2, "index": [1, 5], "g": "0001"}]
+    m = xf.build("threshold", n=n, features=mixed, b=3)
+    r = xf.verify(m, mode="certify")
+    assert r.passed and r.details["engine"] == "runs", r.reason
+    xf.save(m, tmp_path / "m", dense=False)
+    assert sum(p.stat().st_size for p in (tmp_path / "m").iterdir()) < 1 << 20
+    r2 = xf.verify(xf.load(tmp_path / "m"), mode="certify")
+    assert r2.passed and r2.details["engine"] == "runs", r2.reason

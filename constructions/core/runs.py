@@ -51,6 +51,49 @@ class Declined(Exception):
 EXPAND_LIMIT = 1 << 16
 
 
+class RunConstantCode:
+    """A position 'code' whose vectors are constant on runs of indices: vector i is ``rows[r]`` for
+    ``starts[r] <= i < starts[r + 1]`` (``starts[0] == 0``; ``n`` vectors in all). :meth:`numerators`
+    is defined here, once, from those two arrays, so the run certificate may read one vector per
+    run (:meth:`breaks`) of a code block that sits on columns its views track: it accepts only codes
+    that keep this :meth:`numerators` (:func:`run_constant`). Theorem 13's type-sign columns are one."""
+
+    family = "run-constant"
+    bound = None
+
+    def __init__(self, starts: np.ndarray, rows: np.ndarray, n: int):
+        self.starts = np.asarray(starts, dtype=np.int64)
+        self.rows = np.asarray(rows, dtype=np.int8)
+        if self.starts.ndim != 1 or self.rows.ndim != 2 or len(self.starts) != len(self.rows) or not len(self.starts) \
+                or self.starts[0] != 0 or np.any(np.diff(self.starts) <= 0) or self.starts[-1] >= n:
+            raise ValueError("a run-constant code needs increasing run starts from 0 below n and one row per run")
+        self.n, self.k = int(n), int(self.rows.shape[1])
+        self.is_sign_code = bool(np.all(np.abs(self.rows) == 1))
+
+    def numerators(self, idx) -> np.ndarray:
+        return self.rows[np.searchsorted(self.starts, np.asarray(idx, dtype=np.int64), side="right") - 1]
+
+    def signs(self, idx) -> np.ndarray:
+        return self.numerators(idx)
+
+    def breaks(self, lo: int, hi: int) -> np.ndarray:
+        """The indices in (lo, hi) where a new run starts (the vector may change there)."""
+        return self.starts[(self.starts > lo) & (self.starts < hi)]
+
+    def generator_key(self) -> tuple:
+        return (self.family, self.n, self.k, self.starts.tobytes(), self.rows.tobytes())
+
+    def describe(self) -> dict:
+        return {"family": self.family, "n": self.n, "k": self.k, "runs": int(len(self.starts))}
+
+
+def run_constant(code: Any) -> bool:
+    """Whether ``code`` is a :class:`RunConstantCode` whose vectors are the class's own
+    :meth:`~RunConstantCode.numerators` (a subclass that redefines them is not trusted)."""
+    return (isinstance(code, RunConstantCode) and type(code).numerators is RunConstantCode.numerators
+            and type(code).signs is RunConstantCode.signs and type(code).breaks is RunConstantCode.breaks)
+
+
 # ------------------------------------------------------------------------------------------------
 # classes over a domain held as runs
 # ------------------------------------------------------------------------------------------------

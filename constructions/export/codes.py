@@ -10,6 +10,10 @@ manifest's ``codes`` list, in first-use order, as one of
   :class:`~exactformer.constructions.theorems.equality.CodeView` of the recorded code ``i < `` its own
   position (vector ``t`` of the view is vector ``t`` of the base, vector ``j`` of the base, or
   vector ``table[t]`` with the index table ``codes.{c}.table`` in the exact file).
+* ``{"runs": {"n": n, "k": k}, "describe": ...}``: a code constant on runs of indices
+  (:class:`~exactformer.constructions.core.runs.RunConstantCode`, e.g. Theorem 13's type signs):
+  vector i is row r of ``codes.{c}.rows`` (int8 ``[R, k]``) for ``starts[r] <= i < starts[r+1]``,
+  ``codes.{c}.starts`` (int64 ``[R]``) in the exact file (R runs, whatever n is).
 * ``{"stored": {"n": n, "k": k}, "describe": ...}``: any other code; its vectors ``0..n-1`` are
   ``codes.{c}.numerators`` (int8 ``[n, k]``) in the exact file.
 
@@ -27,6 +31,7 @@ import numpy as np
 
 from exactformer.constructions.codes import positions as pc
 from exactformer.constructions.codes.positions import CodeView
+from exactformer.constructions.core.runs import RunConstantCode, run_constant
 
 SAMPLE_INDICES = 256  # random indices compared when checking a generator (plus the ends and middle)
 _GENERATOR_KEYS = ("family", "n", "k", "m", "d", "seed", "max_inner")
@@ -120,12 +125,17 @@ class CodeRecord:
                 base_used = int(code.data.max()) + 1 if code.data.size else 0
             entry: dict[str, Any] = {"view": {"base": self.ref(code.base, base_used), "kind": code.kind,
                                               "index": int(code.data) if code.kind == "constant" else None}}
+        elif run_constant(code):
+            entry = {"runs": {"n": int(code.n), "k": int(code.k)}, "describe": _describe_or_none(code)}
         else:
             entry = _generator(code) or {"stored": {"n": int(n_used), "k": int(code.k)},
                                          "describe": _describe_or_none(code)}
         c = len(self.entries)
         if "view" in entry and code.kind == "table":
             self.arrays[f"codes.{c}.table"] = np.ascontiguousarray(code.data, dtype=np.int64)
+        if "runs" in entry:
+            self.arrays[f"codes.{c}.starts"] = np.ascontiguousarray(code.starts, dtype=np.int64)
+            self.arrays[f"codes.{c}.rows"] = np.ascontiguousarray(code.rows, dtype=np.int8)
         if "stored" in entry:
             self.arrays[f"codes.{c}.numerators"] = np.ascontiguousarray(code.numerators(np.arange(n_used)), dtype=np.int8)
         self.entries.append(entry)
@@ -156,11 +166,13 @@ def rebuild(entries: list[dict[str, Any]], arrays: dict[str, np.ndarray]) -> lis
             kind = v["kind"]
             data = arrays[f"codes.{c}.table"] if kind == "table" else v["index"] if kind == "constant" else None
             codes.append(CodeView(codes[base], kind, data))
+        elif "runs" in e:
+            codes.append(RunConstantCode(arrays[f"codes.{c}.starts"], arrays[f"codes.{c}.rows"], int(e["runs"]["n"])))
         elif "stored" in e:
             table = arrays[f"codes.{c}.numerators"]
             if list(table.shape) != [int(e["stored"]["n"]), int(e["stored"]["k"])]:
                 raise ValueError(f"codes[{c}]: stored vectors have shape {list(table.shape)}")
             codes.append(StoredCode(table, e.get("describe")))
         else:
-            raise ValueError(f"codes[{c}] is neither a generator, a view nor stored")
+            raise ValueError(f"codes[{c}] is neither a generator, a view, runs nor stored")
     return codes

@@ -50,6 +50,7 @@ from exactformer.constructions.theorems.boolean_tasks import (
 from exactformer.constructions.core.ir import CompiledModel, Param
 from exactformer.constructions.codes.positions import CodeView
 from exactformer.constructions.core.registry import Claim, SizeRows, construction
+from exactformer.constructions.core.runs import RunConstantCode
 from exactformer.constructions.design.two_layer import (arithmetics_param, code_for, etas_by_mode, kc_equivalent, paper_eta,
                                                         readout, resolve)
 from exactformer.constructions.design.precision_search import design_arithmetics
@@ -83,30 +84,20 @@ def _code_runs(mb: ModelBuilder, slot: str, code: Any, features: Features, h: in
             mb.position_code(slot, i, j - i, CodeView(code, "constant", v))
 
 
-class TypeSigns:
+class TypeSigns(RunConstantCode):
     """Type columns as a 'code': vector i is +1 at its type's coordinate, -1 elsewhere (all -1 for
     positions without a feature); the types held as runs (``starts``, ``types``: positions
-    [starts[r], starts[r+1]) have type ``types[r]``) over ``n`` positions."""
+    [starts[r], starts[r+1]) have type ``types[r]``) over ``n`` positions, so the run certificate
+    reads one vector per run."""
 
     family = "type-signs"
-    is_sign_code = True
-    bound = None
 
     def __init__(self, starts: np.ndarray, types: np.ndarray, G: int, n: int):
-        self.starts, self.types = np.asarray(starts, dtype=np.int64), np.asarray(types, dtype=np.int64)
-        self.k, self.n = G, int(n)
-
-    def numerators(self, idx) -> np.ndarray:
-        t = self.types[np.searchsorted(self.starts, np.asarray(idx, dtype=np.int64), side="right") - 1]
-        return np.where(t[:, None] == np.arange(self.k)[None, :], 1, -1).astype(np.int8)
-
-    signs = numerators
-
-    def generator_key(self) -> tuple:
-        return (self.family, self.k, self.n, self.starts.tobytes(), self.types.tobytes())
+        self.types = np.asarray(types, dtype=np.int64)
+        super().__init__(starts, np.where(self.types[:, None] == np.arange(G)[None, :], 1, -1).astype(np.int8), n)
 
     def describe(self) -> dict:
-        return {"family": self.family, "G": self.k, "n": self.n}
+        return {"family": self.family, "G": self.k, "n": self.n, "runs": int(len(self.starts))}
 
 
 def _check_n(n: Any, limit: int = MAX_N_LISTED, even: bool = False) -> None:

@@ -8,7 +8,9 @@ function of position-independent reads.
 1. **Coverage**: every head is owned by a block of the plan that has a run certificate
    (``certify_runs``) or writes nothing.
 2. **Embedding**: positions are cut where the task's token domains, the positional table's rows on
-   the tracked columns, the position-code blocks or the answer positions change; each segment's
+   the tracked columns, the position-code blocks (and, inside a run-constant code block on tracked
+   columns, its runs: :class:`~exactformer.constructions.core.runs.RunConstantCode`) or the answer
+   positions change; each segment's
    view is a table over its own token's classes (tokens with equal embedding rows on the tracked
    columns share a class; the token runs outside the embedding's table share the zero row).
 3. **Each layer**: each head's run certificate gives its output over segments (a retrieval's
@@ -37,7 +39,7 @@ import numpy as np
 from exactformer.constructions.blocks.base import CertContext, Unproven
 from exactformer.constructions.core.ir import CompiledModel
 from exactformer.constructions.core.runs import (Classes, Counting, CountVar, Declined, DomainRuns, FeatureKey, Lookup,
-                                                 PtrVar, RunState, Segment, TokVar, join)
+                                                 PtrVar, RunState, Segment, TokVar, join, run_constant)
 from exactformer.constructions.core.views import unique_rows
 from exactformer.precision.boxes import Box
 from exactformer.verify.certify.layers import (LayerWeights, computes_all, layer_image, readout_table, tracked_columns,
@@ -87,7 +89,8 @@ def prove(ctx: RunContext, owners: dict[int, dict[int, Any]], read_fmt: Any,
     ctx.details["tracked_columns"] = int(tracked.size)
     for emb in (model.embed, model.pos_embed):
         for b in emb.blocks:
-            if np.intersect1d(np.arange(b.col, b.col + b.code.k), tracked).size:
+            if np.intersect1d(np.arange(b.col, b.col + b.code.k), tracked).size and not (
+                    emb is model.pos_embed and run_constant(b.code)):
                 raise Declined("a code block fills a column that views must track")
     answers = model.answer_positions_for(T)
     state = RunState(initial_segments(ctx, read_fmt, tracked, answers), tracked)
@@ -114,8 +117,12 @@ def initial_segments(ctx: RunContext, read_fmt: Any, cols: np.ndarray, answers: 
     pe = model.pos_embed
     tr = range(max(0, pe.table_first_row), min(T, pe.table_first_row + pe.table.shape[0]))
     cuts = {0, T, tr.start, tr.stop} | {int(x) for x in dom.breaks()} | {int(p) for p in answers} | {int(p) + 1 for p in answers}
+    held = []  # run-constant code blocks on tracked columns: their rows are read once per run
     for b in pe.blocks:
         cuts |= {b.first_row, b.first_row + b.count}
+        if np.intersect1d(np.arange(b.col, b.col + b.code.k), cols).size:
+            held.append(b)
+            cuts |= {int(x) + b.first_row - b.code_start for x in b.code.breaks(b.code_start, b.code_start + b.count)}
     rows = np.asarray(P(np.arange(tr.start, tr.stop), cols)) if len(tr) else np.zeros((0, cols.size), np.int64)
     if len(rows) > 1:
         cuts |= {tr.start + int(i) for i in np.flatnonzero(np.any(rows[1:] != rows[:-1], axis=1)) + 1}
@@ -128,7 +135,10 @@ def initial_segments(ctx: RunContext, read_fmt: Any, cols: np.ndarray, answers: 
         if id(d) not in tokens:
             tokens[id(d)] = _token_classes(model.embed, E, d, cols, zero)
         classes, ucls = tokens[id(d)]
-        prow = rows[a - tr.start] if tr.start <= a < tr.stop else zero
+        if any(b.first_row <= a < b.first_row + b.count for b in held):
+            prow = np.asarray(P(np.array([a]), cols))[0]  # the table's row and the run's vector
+        else:
+            prow = rows[a - tr.start] if tr.start <= a < tr.stop else zero
         table = arith.add(Box.point(ucls), Box.point(np.broadcast_to(prow, ucls.shape).copy()))
         out.append(Segment(a, b, [TokVar(1, 0, classes)], table))
     return out
