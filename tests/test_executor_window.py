@@ -17,7 +17,9 @@ import pytest
 import exactformer as xf
 import exactformer.verify.executor.exact as executor
 from exactformer.constructions.core.ir import ExactTensor
+from exactformer.constructions.codes.positions import BinaryCode, RandomSignCode, ReedSolomonCode
 from exactformer.constructions.core.registry import task_of
+from exactformer.constructions.theorems.index_lookup import index_lookup
 from exactformer.precision import FixedPoint, parse_format
 from exactformer.verify.executor import window
 from registered import small_build, weight_constructions
@@ -176,3 +178,52 @@ def test_k_hop_mutants_the_same_with_and_without_the_window(seed, monkeypatch):
     tokens = task_of(m).encode_arrays(m, w)
     on, off, _ = _both_ways(mutant, tokens, monkeypatch)
     assert np.array_equal(on.logits, off.logits) and on.counts == off.counts, (name, idx)
+
+
+# ------------------------------------------------------------------------------------------------
+# keys that are a position code: decoded, never formed
+# ------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("code", [ReedSolomonCode.for_max_inner(1 << 20), ReedSolomonCode(5000, 3, 5), BinaryCode(1000)],
+                         ids=["rs-2^20", "rs-q8-d5", "binary"])
+def test_decoding_names_the_codeword_or_none(code):
+    rng = np.random.default_rng(0)
+    i = rng.integers(0, code.n, 300)
+    signs = code.numerators(i).astype(np.int64)
+    assert np.array_equal(code.decode(signs), i)
+    bent = signs.copy()
+    bent[:, 0] *= -1
+    got = code.decode(bent)
+    named = got >= 0  # a bent word decodes only to a codeword that is exactly it
+    assert np.array_equal(code.numerators(got[named]).astype(np.int64), bent[named])
+    if code.family == "reed-solomon":
+        assert not named.any()  # distance >= 2: one flip is never a codeword
+
+
+def test_a_code_without_a_decoder_says_so():
+    code = RandomSignCode(64, 16)
+    assert code.decode(code.numerators(np.arange(4)).astype(np.int64)) is None
+
+
+def test_index_lookup_keys_are_decoded_not_formed(monkeypatch):
+    """Index Lookup's keys (the Reed-Solomon code of every position) are read through the decoder:
+    the row is the whole row, and no key array of the length is formed."""
+    m = index_lookup(4096, 4, positions="reed-solomon")
+    batch = next(iter(task_of(m).sample(m, 8, 0)))
+    formed = []
+    real = window.index_keys
+    monkeypatch.setattr(executor, "index_keys", lambda *a: formed.append(a[0].shape) or real(*a))
+    on, off, taken = _both_ways(m, batch.tokens, monkeypatch)
+    assert taken > 0 and formed == []
+    assert np.array_equal(on.logits, off.logits) and on.counts == off.counts
+
+
+def test_index_lookup_with_a_wide_exp_window_is_formed_whole(monkeypatch):
+    """With 12 fraction bits the exp window is wider than the code's gap: the other keys are not 0,
+    so the window refuses and the rows are formed whole (the same logits and counts)."""
+    m = index_lookup(64, 4, positions="reed-solomon", precision="binary:int=8,frac=12")
+    batch = next(iter(task_of(m).sample(m, 8, 0)))
+    on, off, taken = _both_ways(m, batch.tokens, monkeypatch)
+    assert taken == 0
+    assert np.array_equal(on.logits, off.logits) and on.counts == off.counts

@@ -282,6 +282,28 @@ class PositionCode:
     def _numerators_block(self, start: int, stop: int) -> np.ndarray:
         return self._numerators_np(np.arange(start, stop, dtype=np.int64))
 
+    # -- decoding ------------------------------------------------------------------------------
+
+    def decode(self, signs: np.ndarray) -> Optional[np.ndarray]:
+        """The index i with ``numerators(i) == signs`` for each row of ``signs`` [N, k] (+-1), -1
+        where no codeword is; None for a family without a decoder. Every index returned is checked
+        by generating its vector, so a decoder only has to propose the right one."""
+        signs = np.asarray(signs)
+        cand = self._decode_candidates(signs)
+        if cand is None:
+            return None
+        out = np.where((cand >= 0) & (cand < self.n), cand, -1).astype(np.int64)
+        rows = np.flatnonzero(out >= 0)
+        if rows.size:
+            same = np.all(self._numerators_np(out[rows]) == signs[rows], axis=1)
+            out[rows[~same]] = -1
+        return out
+
+    def _decode_candidates(self, signs: np.ndarray) -> Optional[np.ndarray]:
+        """A proposed index per row (anything where there is none: :meth:`decode` checks), or None
+        when the family has no decoder."""
+        return None
+
     # -- inner products ------------------------------------------------------------------------
 
     def inner_products_with(self, p: int, indices: Optional[IndexLike] = None) -> np.ndarray:
@@ -457,6 +479,29 @@ class ReedSolomonCode(PositionCode):
     def _inner_dots(self, p: int, idx: np.ndarray) -> np.ndarray:
         return self.q * self.agreements(idx ^ p)
 
+    def _decode_candidates(self, signs: np.ndarray) -> Optional[np.ndarray]:
+        """The symbols f(x) from the Hadamard blocks (entry x*q + 2^t is -1 iff bit t of f(x) is
+        set), then the d coefficients by Newton interpolation on x = 0 .. d-1 in GF(q) (the
+        position's base-q digits)."""
+        q, m, d, f = self.q, self.m, self.d, self.field
+        if d > q:
+            return None
+        blocks = signs.reshape(signs.shape[0], q, q)
+        sym = (blocks[:, :, 1 << np.arange(m)] < 0).astype(np.int64) @ (np.int64(1) << np.arange(m, dtype=np.int64))
+        inv = lambda a: f.exp[(q - 1 - f.log[a]) % (q - 1)]  # noqa: E731  (a != 0)
+        c = sym[:, :d].copy()  # divided differences, in place: c[i] = f[x_0 .. x_i]
+        for j in range(1, d):
+            for i in range(d - 1, j - 1, -1):
+                c[:, i] = f.mul(c[:, i] ^ c[:, i - 1], inv(i ^ (i - j)))
+        poly = np.zeros((signs.shape[0], d), dtype=np.int64)  # Newton form to coefficients (Horner)
+        poly[:, 0] = c[:, d - 1]
+        for i in range(d - 2, -1, -1):  # poly <- poly * (x + i) + c[i]  (char 2: minus is plus)
+            shifted = np.zeros_like(poly)
+            shifted[:, 1:] = poly[:, :-1]
+            poly = shifted ^ f.mul(poly, np.full_like(poly, i))
+            poly[:, 0] ^= c[:, i]
+        return poly @ (np.int64(1) << (m * np.arange(d, dtype=np.int64)))
+
     def predicted_max(self) -> Fraction:
         """The exact maximum, by the argument in docs/positions.md: with d' the least d' >= 1 such
         that q^d' >= n, the XORs {i ^ j : i < j < n} are exactly [1, 2^ceil(log2 n)), which contains
@@ -600,6 +645,10 @@ class BinaryCode(PositionCode):
 
         bits = (idx.to(torch.int64)[:, None] >> torch.arange(self.k, device=device)) & 1
         return (2 * bits - 1).to(torch.int8)
+
+    def _decode_candidates(self, signs: np.ndarray) -> np.ndarray:
+        """i = sum_b 2^b [entry b is +1]."""
+        return (signs > 0).astype(np.int64) @ (np.int64(1) << np.arange(self.k, dtype=np.int64))
 
     def max_distinct_dot(self) -> int:
         """Distinct positions differ in at least one bit: <T(i), T(j)> <= k - 2."""

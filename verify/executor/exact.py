@@ -55,7 +55,7 @@ import numpy as np
 
 from exactformer.constructions.core.ir import CompiledModel, IRError, split_inputs
 from exactformer.precision import FixedPoint, Format, Prepared
-from exactformer.verify.executor.window import KeyIndex, index_keys, window_rows
+from exactformer.verify.executor.window import CodedKeys, Keys, index_keys, window_rows
 
 DEVICES = ("cpu", "cuda", "torch-cpu")
 TOKEN_TABLE_ENTRIES = 1 << 24  # per-token tables indexed by token id up to this size (else compacted)
@@ -238,14 +238,19 @@ class _Backend:
 
 
 def _at(tokens: np.ndarray, positions: np.ndarray) -> np.ndarray:
-    """tokens[:, positions], a view when the positions are a contiguous range."""
-    if positions.size and positions[-1] - positions[0] == positions.size - 1 and np.all(np.diff(positions) == 1):
+    """tokens[:, positions] for strictly increasing ``positions`` (every caller's: query, key and
+    answer positions), a view when they are a contiguous range (then the ends say so)."""
+    if positions.size and positions[-1] - positions[0] == positions.size - 1:
         return tokens[:, int(positions[0]) : int(positions[-1]) + 1]
     return tokens[:, positions]
 
 
 def _unique_ids(ids: np.ndarray, size: int) -> tuple[np.ndarray, np.ndarray]:
-    """np.unique(ids, return_inverse=True) for ids in [0, size) without sorting (O(ids + size))."""
+    """np.unique(ids, return_inverse=True) for ids in [0, size): without sorting (O(ids + size)), or
+    by sorting when the ids are few beside the range."""
+    if ids.size * 16 < size:
+        uniq, inv = np.unique(ids, return_inverse=True)
+        return uniq, inv.reshape(ids.shape)
     present = np.zeros(size, dtype=bool)
     present[ids.reshape(-1)] = True
     uniq = np.flatnonzero(present)
@@ -306,6 +311,10 @@ class _Plan:
     def __init__(self, model: CompiledModel, fmt: Format, be: _Backend, T: int):
         self.model, self.fmt, self.be, self.T = model, fmt, be, T
         self.answer_pos = model.answer_positions_for(T)
+        self.allpos = np.arange(T)
+        self.allpos.flags.writeable = False
+        if np.any(np.diff(self.answer_pos) <= 0):  # every position array here is strictly increasing
+            raise ExecutorError(f"answer positions must be strictly increasing, got {list(self.answer_pos[:8])}")
         self.e_cols = model.embed.nonzero_columns()
         self.p_cols = model.pos_embed.nonzero_columns()
         self.v_cols = np.zeros(model.d_model, dtype=bool)  # columns that input vectors fill
@@ -327,7 +336,7 @@ class _Plan:
         self._prepared: dict[int, tuple] = {}  # id(shared keys) -> (keys, Prepared); the keys are held
         # the windowed attention (verify/executor/window.py): numpy fixed point with an exp zero
         self._d0 = fmt.exp_zero_below() if isinstance(fmt, FixedPoint) and not be.torch else None
-        self._key_index: dict[tuple, KeyIndex | None] = {}  # shared keys' index per (layer, head)
+        self._key_index: dict[tuple, Any] = {}  # per (layer, head): shared keys' index; values free of events
 
     # ---- structure ----------------------------------------------------------------------------
     def _prepare(self, attn, mlp) -> dict[str, Any]:
@@ -574,7 +583,7 @@ class _Plan:
         B = tokens.shape[0]
         if L["v_dims"][h].size == 0:  # the head writes nothing
             return be.put(np.zeros((B, q_pos.size, 0), dtype=np.int64 if self.fmt.is_exact else np.float64))
-        allpos = np.arange(self.T)
+        allpos = self.allpos
         if self._d0 is not None:
             c = self.fmt.counts
             before = (c.saturations, c.underflows)
@@ -614,7 +623,7 @@ class _Plan:
         The projections are those the whole computation makes (the other dims' and, where the
         head splits, the shared dims' partial logits, which must be the same for every query)."""
         fmt, be = self.fmt, self.be
-        B, allpos = tokens.shape[0], np.arange(self.T)
+        B, allpos = tokens.shape[0], self.allpos
         split = L["qk_split"][h]
         dims = None if split is None else split[1]
         kinds = [self._source(li, self._proj_weights(L, li, h, w, dims)[0]) for w in ("Q", "K")]
@@ -630,14 +639,10 @@ class _Plan:
             if delta != (0, 0) or row.dtype == object:
                 return None
             p = row[0]
-        k = self._proj(li, L, h, "K", tokens, x, allpos, dims=dims)
-        key = (li, h)
-        if k.kind == "shared" and key in self._key_index:
-            index = self._key_index[key]
-        else:
-            index = index_keys(np.asarray(k.arr if k.kind == "shared" else k.dense(be, B)), p)
-            if k.kind == "shared":
-                self._key_index[key] = index
+        index = self._shared_keys(li, L, h, dims, p) if kinds[1] == "shared" else None
+        if index is None:
+            k = self._proj(li, L, h, "K", tokens, x, allpos, dims=dims)
+            index = index_keys(np.asarray(k.dense(be, B)), p) if k.kind != "shared" else None
         if index is None:
             return None
         q = self._proj(li, L, h, "Q", tokens, x, q_pos, dims=dims).dense(be, B)
@@ -645,8 +650,11 @@ class _Plan:
         rows = np.asarray(q).reshape(B * R, -1)
         b_of_row = np.repeat(np.arange(B), R)
         last = np.tile(q_pos if L["causal"] else np.full(R, self.T - 1), B)
-        v = self._proj(li, L, h, "V", tokens, x, allpos, dims=L["v_dims"][h])
-        dv = int(v.arr.shape[-1])
+        vd = L["v_dims"][h]
+        # values at the candidates only where no position's value can count an event (else at every
+        # position, as the whole rows do, so that the counts are theirs)
+        v = None if self._token_free(li, L, h, vd) else self._proj(li, L, h, "V", tokens, x, allpos, dims=vd)
+        dv = vd.size
         out = []
         for r0 in range(0, B * R, WINDOW_ROWS):
             sl = slice(r0, r0 + WINDOW_ROWS)
@@ -657,9 +665,56 @@ class _Plan:
             a = fmt.softmax(win.logits, axis=-1)  # the candidates' weights, events counted
             fmt.counts.underflows += int(win.pruned.sum()) - int(np.count_nonzero(~win.ok))
             N, K = win.pos.shape
-            vals = v.rows_at(be, np.repeat(b_of_row[sl], K), win.pos.reshape(-1)).reshape(N, K, dv)
+            bsel, psel = np.repeat(b_of_row[sl], K), win.pos.reshape(-1)
+            if v is None:  # per-token values at the positions the windows read
+                at = np.unique(psel)
+                vals = self._proj(li, L, h, "V", tokens, x, at, dims=vd).rows_at(be, bsel, np.searchsorted(at, psel))
+            else:
+                vals = v.rows_at(be, bsel, psel)
+            vals = vals.reshape(N, K, dv)
             out.append(fmt.matmul(a[:, None, :], vals)[:, 0])
         return np.concatenate(out, axis=0).reshape(B, R, dv)
+
+    def _token_free(self, li: int, L, h: int, dims) -> bool:
+        """Whether the head's value projection depends on the token alone and counts no event for any
+        token: each product of an embedding value and a weight exact (a multiple of the scale, from
+        the gcd of the column's values: its table entries and code block magnitudes) and no sum
+        able to saturate (from the columns' largest values). Kept in the plan."""
+        key = ("free", li, h)
+        if key not in self._key_index:
+            rows, Wr, bb, _ = self._proj_weights(L, li, h, "V", dims)
+            free = self._source(li, rows) == "token" and self.model.vector_input is None
+            if free:
+                E = self.model.embed
+                vals = [np.abs(E.table.raw(self.fmt)[:, rows]).astype(object)] if E.table.shape[0] else []
+                for b in E.blocks:
+                    m = abs(int(self.fmt.quantize(np.array([b.scale], dtype=object))[0]))
+                    inside = (rows >= b.col) & (rows < b.col + b.code.k)
+                    vals.append(np.where(inside, m, 0)[None].astype(object))
+                A = np.concatenate(vals, axis=0) if vals else np.zeros((1, rows.size), dtype=object)
+                g = np.array([int(np.gcd.reduce(A[:, i].astype(np.int64))) for i in range(rows.size)], dtype=object)
+                W = np.asarray(Wr).astype(object)
+                exact = not np.any((g[:, None] * W) % self.fmt.scale != 0)
+                reach = (A.max(axis=0)[:, None] * np.abs(W)).sum(axis=0) // self.fmt.scale + np.abs(np.asarray(bb))
+                free = exact and int(reach.max(initial=0)) <= self.fmt.max_raw
+            self._key_index[key] = free
+        return self._key_index[key]
+
+    def _shared_keys(self, li: int, L, h: int, dims, p) -> Keys | None:
+        """The index of keys that depend on the position only, kept in the plan: a position code
+        read from the embedding's generator (:class:`CodedKeys`: no key is formed), else the keys
+        formed once and grouped (:func:`index_keys`)."""
+        key = (li, h)
+        if key not in self._key_index:
+            rows, Wr, bb, _ = self._proj_weights(L, li, h, "K", dims)
+            index = CodedKeys.from_embedding(self.model.pos_embed, rows, np.asarray(Wr), np.asarray(bb),
+                                             self.fmt.scale, self.P)
+            if index is None:
+                k, delta = self._counted(lambda: self._proj(li, L, h, "K", np.zeros((1, self.T), np.int64), None,
+                                                            self.allpos, dims=dims))
+                index = index_keys(np.asarray(k.arr), p) if delta == (0, 0) else None
+            self._key_index[key] = index
+        return self._key_index[key]
 
     # ---- attention rows -------------------------------------------------------------------------
     def _softmax_rows(self, logits, qp: np.ndarray, causal: bool):
@@ -780,7 +835,7 @@ class _Plan:
         docstring): logits = add(shared partial, this call's partial over the other dims). None when
         a partial sum saturates (then the split is not the forward pass's sum)."""
         fmt, be = self.fmt, self.be
-        B, allpos = tokens.shape[0], np.arange(self.T)
+        B, allpos = tokens.shape[0], self.allpos
         sd, od = L["qk_split"][h]
         k = self._proj(li, L, h, "K", tokens, x, allpos, dims=od)
         k_sh = self._proj(li, L, h, "K", tokens, x, allpos, dims=sd)

@@ -31,6 +31,7 @@ underflows: ``t + 1 - #candidates`` per row).
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from dataclasses import dataclass
 
 import numpy as np
@@ -40,24 +41,171 @@ EXCEPTIONAL = 8  # keys per input outside the main class, taken by every row
 FLIP_LOOKUPS = 1 << 22  # look-ups allowed for the distance bound D >= 3
 
 
-@dataclass
-class KeyIndex:
-    """Keys [Bk, T, D] (raw) grouped for one call, or for a plan when the keys are shared (Bk = 1)."""
+class Keys(ABC):
+    """The keys of one head [Bk, T, D] (raw; Bk = 1 when shared by every input), as the window reads
+    them: code dims ``C`` (every main key holds +-s there), other dims ``O`` (every main key holds
+    ``o_main``), and the exceptional keys, at most :data:`EXCEPTIONAL` per input."""
 
-    keys: np.ndarray  # [Bk, T, D]
-    C: np.ndarray  # code dims
+    Bk: int
+    T: int
+    C: np.ndarray
     s: np.ndarray  # [|C|] the code dims' magnitudes
-    O: np.ndarray  # other dims
-    o_main: np.ndarray  # [|O|] the main class's O-part
-    gk: np.ndarray  # [D] gcd of each dim's key values
-    kmax: np.ndarray  # [D] largest |key value| per dim
-    classes: np.ndarray  # sorted class ids (input * 2^|C| + pattern)
-    pats: np.ndarray  # the main keys' distinct sign patterns
-    sorted_key: np.ndarray  # class rank * T + position, sorted (main keys)
-    sorted_pos: np.ndarray
-    pm: np.ndarray  # prefix maximum of p within each class, in sorted order
-    e_pos: np.ndarray  # [Bk, EXCEPTIONAL] exceptional keys' positions (0 where none)
+    O: np.ndarray
+    o_main: np.ndarray  # [|O|]
+    gk: np.ndarray  # [D] a divisor of every key value of each dim
+    kmax: np.ndarray  # [D] the largest |key value| of each dim
+    e_pos: np.ndarray  # [Bk, EXCEPTIONAL] the exceptional keys' positions (0 where none)
     e_ok: np.ndarray  # [Bk, EXCEPTIONAL] valid
+
+    @abstractmethod
+    def at(self, bk: np.ndarray, pos: np.ndarray) -> np.ndarray:
+        """Key vectors [N, K, D] of input ``bk`` [N] at positions ``pos`` [N, K]."""
+
+    @abstractmethod
+    def match(self, bk: np.ndarray, qbits: np.ndarray, last: np.ndarray) -> tuple:
+        """The match class of each row (the main keys whose sign pattern on C is ``qbits`` [N, |C|]):
+        (its latest TAIL positions <= ``last`` [N, TAIL], valid [N, TAIL], whether it has earlier
+        keys [N], the largest shared partial p among those [N])."""
+
+    @abstractmethod
+    def distance(self, qbits: np.ndarray) -> np.ndarray:
+        """[N] a lower bound on the number of C dims in which a main key outside the row's match
+        class differs from ``qbits``."""
+
+
+class HashedKeys(Keys):
+    """Keys given as an array [Bk, T, D], grouped by (input, sign pattern on C) in a sorted table."""
+
+    def __init__(self, keys: np.ndarray, C, s, O, o_main, gk, kmax, e_pos, e_ok, classes, pats, sorted_key,
+                 sorted_pos, pm):
+        self.keys, self.Bk, self.T = keys, keys.shape[0], keys.shape[1]
+        self.C, self.s, self.O, self.o_main, self.gk, self.kmax = C, s, O, o_main, gk, kmax
+        self.e_pos, self.e_ok = e_pos, e_ok
+        self.classes, self.pats, self.sorted_key, self.sorted_pos, self.pm = classes, pats, sorted_key, sorted_pos, pm
+
+    def at(self, bk, pos):
+        return self.keys[bk[:, None], pos]
+
+    def match(self, bk, qbits, last):
+        T, N = self.T, bk.size
+        cid = bk * (np.int64(1) << self.C.size) + _pack(qbits)
+        r = np.minimum(np.searchsorted(self.classes, cid), max(0, self.classes.size - 1))
+        found = self.classes[r] == cid if self.classes.size else np.zeros(N, bool)
+        at = np.searchsorted(self.sorted_key, r * T + last, side="right") - 1
+        ti = at[:, None] - np.arange(TAIL)[None, :]
+        tcl = np.maximum(ti, 0)
+        t_ok = found[:, None] & (ti >= 0) & (self.sorted_key[tcl] // T == r[:, None])
+        ei = at - TAIL
+        ecl = np.maximum(ei, 0)
+        earlier = found & (ei >= 0) & (self.sorted_key[ecl] // T == r)
+        return self.sorted_pos[tcl], t_ok, earlier, self.pm[ecl]
+
+    def distance(self, qbits):
+        D = distance_bound(np.union1d(self.pats, _pack(qbits)), self.C.size)
+        return np.full(qbits.shape[0], D, dtype=np.int64)
+
+
+class CodedKeys(Keys):
+    """Keys shared by every input that are a position code, read from the positional embedding's
+    code blocks (the generator the executor reads rows from): main key j is ``+-s`` with the sign
+    pattern of codeword ``j + offset`` (one offset per block, codewords distinct), so a row's match
+    is the position the code's decoder names (checked by regenerating it) and every other main key
+    is another codeword, at least ``D = ceil((k - max_distinct_dot) / 2)`` dims away. The positions
+    no block covers are the exceptional keys."""
+
+    def __init__(self, code, runs: list[tuple[int, int, int]], src: np.ndarray, sigma: np.ndarray, s: np.ndarray,
+                 T: int, e_pos: np.ndarray, e_keys: np.ndarray):
+        self.code, self.runs, self.src, self.sigma, self.Bk, self.T = code, runs, src, sigma, 1, T
+        D = src.size
+        self.C, self.s, self.O, self.o_main = np.arange(D), s, np.zeros(0, np.int64), np.zeros(0, np.int64)
+        self.gk = np.gcd.reduce(np.concatenate([s[None], np.abs(e_keys)]), axis=0)
+        self.kmax = np.concatenate([s[None], np.abs(e_keys)]).max(axis=0)
+        self.e_pos = np.zeros((1, EXCEPTIONAL), np.int64)
+        self.e_ok = np.zeros((1, EXCEPTIONAL), bool)
+        self.e_pos[0, : e_pos.size], self.e_ok[0, : e_pos.size] = e_pos, True
+        self._e_keys = {int(p): k for p, k in zip(e_pos, e_keys)}
+        self._D = -(-(code.k - code.max_distinct_dot()) // 2)
+
+    @classmethod
+    def from_embedding(cls, embedding, rows: np.ndarray, W: np.ndarray, b: np.ndarray, scale: int,
+                       reader) -> "CodedKeys | None":
+        """The keys ``x[rows] @ W + b`` [T, D] of a head whose key reads the embedding's columns
+        ``rows`` and nothing an earlier block writes, or None when they are not a decodable sign
+        code: every column of ``rows`` one code's (the same generator and scale in every block
+        that covers it, the table 0 there), W monomial with one key dim per code column, b 0,
+        every product exact; at most EXCEPTIONAL positions outside the blocks."""
+        blocks = [bl for bl in embedding.blocks if np.any((rows >= bl.col) & (rows < bl.col + bl.code.k))]
+        if not blocks or W.shape[0] != rows.size or np.any(b != 0):
+            return None
+        code = blocks[0].code
+        if code.family not in ("binary", "reed-solomon") or any(
+                bl.code.generator_key() != code.generator_key() or bl.scale != blocks[0].scale
+                or not np.array_equal(rows, np.arange(bl.col, bl.col + bl.code.k)) for bl in blocks):
+            return None
+        if embedding.table.shape[0] and np.any(embedding.table.num[:, rows] != 0):
+            return None
+        if np.any(np.count_nonzero(W, axis=0) != 1) or np.any(np.count_nonzero(W, axis=1) != 1):
+            return None  # one key dim per code column
+        src = np.argmax(W != 0, axis=0)  # [D] the code column each key dim reads
+        w = W[src, np.arange(W.shape[1])]
+        m = int(np.abs(reader(np.array([blocks[0].first_row]), rows[:1]))[0, 0])  # the blocks' raw magnitude
+        if np.any((m * w) % scale):
+            return None
+        s, sigma = np.abs(m * w) // scale, np.sign(w)
+        runs = sorted((bl.first_row, bl.first_row + bl.count, bl.code_start - bl.first_row) for bl in blocks)
+        words = sorted((lo + off, hi + off) for lo, hi, off in runs)
+        if any(b0 < a1 for (_, a1), (b0, _) in zip(words, words[1:])):
+            return None  # two positions hold the same codeword
+        covered = np.zeros(embedding.n_rows, dtype=bool)
+        for lo, hi, _ in runs:
+            covered[lo:hi] = True
+        e_pos = np.flatnonzero(~covered)
+        if e_pos.size > EXCEPTIONAL:
+            return None
+        x = reader(e_pos, rows) if e_pos.size else np.zeros((0, rows.size), np.int64)
+        prods = x.astype(np.int64) @ W.astype(np.int64) if x.size else np.zeros((0, W.shape[1]), np.int64)
+        if np.any((x[:, :, None] * W[None]) % scale):
+            return None
+        return cls(code, runs, src, sigma, s, embedding.n_rows, e_pos, prods // scale)
+
+    def at(self, bk, pos):
+        N, K = pos.shape
+        flat = pos.reshape(-1)
+        out = np.zeros((flat.size, self.src.size), dtype=np.int64)
+        word = np.full(flat.size, -1, dtype=np.int64)
+        for lo, hi, off in self.runs:
+            inside = (flat >= lo) & (flat < hi)
+            word[inside] = flat[inside] + off
+        coded = word >= 0
+        if coded.any():
+            signs = np.asarray(self.code.numerators(word[coded]), dtype=np.int64)[:, self.src]
+            out[coded] = signs * self.sigma * self.s
+        for i in np.flatnonzero(~coded):
+            out[i] = self._e_keys[int(flat[i])]
+        return out.reshape(N, K, -1)
+
+    def _words(self, qbits: np.ndarray) -> np.ndarray:
+        """The codeword index each query's sign pattern is (on the code columns), -1 where none."""
+        signs = np.empty((qbits.shape[0], self.code.k), dtype=np.int64)
+        signs[:, self.src] = np.where(qbits, 1, -1) * self.sigma
+        return self.code.decode(signs)
+
+    def match(self, bk, qbits, last):
+        N = qbits.shape[0]
+        word = self._words(qbits)
+        pos = np.full(N, -1, dtype=np.int64)
+        for lo, hi, off in self.runs:
+            inside = (word >= lo + off) & (word < hi + off)
+            pos[inside] = word[inside] - off
+        t_pos = np.zeros((N, TAIL), dtype=np.int64)
+        t_ok = np.zeros((N, TAIL), dtype=bool)
+        t_pos[:, 0] = np.maximum(pos, 0)
+        t_ok[:, 0] = (pos >= 0) & (pos <= last)
+        return t_pos, t_ok, np.zeros(N, bool), np.zeros(N, np.int64)
+
+    def distance(self, qbits):
+        """D where the query's pattern is a codeword (every other codeword is D dims away), else 1."""
+        return np.where(self._words(qbits) >= 0, self._D, 1)
 
 
 def _pack(bits: np.ndarray) -> np.ndarray:
@@ -65,7 +213,7 @@ def _pack(bits: np.ndarray) -> np.ndarray:
     return bits.astype(np.int64) @ (np.int64(1) << np.arange(bits.shape[-1], dtype=np.int64))
 
 
-def index_keys(keys: np.ndarray, p: np.ndarray | None) -> KeyIndex | None:
+def index_keys(keys: np.ndarray, p: np.ndarray | None) -> HashedKeys | None:
     """Group the keys [Bk, T, D] (see the module docstring); ``p`` [T] the shared partial logits or
     None. None when the keys have no code dims or more exceptional keys than allowed."""
     if keys.dtype == object or keys.ndim != 3:
@@ -111,7 +259,7 @@ def index_keys(keys: np.ndarray, p: np.ndarray | None) -> KeyIndex | None:
         off = (skey // T) * span
         pm = np.maximum.accumulate(ps - lo + off) - off + lo
     gk = np.gcd.reduce(a.reshape(-1, D), axis=0)
-    return KeyIndex(keys, C, top[C], O, o_main, gk, top, classes, np.unique(pat), skey, spos, pm, e_pos, e_ok)
+    return HashedKeys(keys, C, top[C], O, o_main, gk, top, e_pos, e_ok, classes, np.unique(pat), skey, spos, pm)
 
 
 def distance_bound(pats: np.ndarray, n: int) -> int:
@@ -147,14 +295,13 @@ class Window:
     pruned: np.ndarray
 
 
-def window_rows(idx: KeyIndex, q: np.ndarray, b_of_row: np.ndarray, last: np.ndarray, p: np.ndarray | None,
+def window_rows(idx: Keys, q: np.ndarray, b_of_row: np.ndarray, last: np.ndarray, p: np.ndarray | None,
                 scale: int, max_raw: int, min_raw: int, d0: int) -> Window | None:
     """The window of each query row ``q`` [N, D] (raw) of input ``b_of_row`` [N] over keys at
     positions ``<= last`` [N]; None where it cannot be certified (the module docstring)."""
-    if q.dtype == object or q.shape[1] != idx.keys.shape[2]:
+    if q.dtype == object or q.shape[1] != idx.gk.size:
         return None
     N = q.shape[0]
-    T = idx.keys.shape[1]
     # every product exact: (gcd of the query values) x (gcd of the key values) a multiple of S
     gq = np.gcd.reduce(np.abs(q), axis=0) if N else np.zeros(q.shape[1], np.int64)
     if np.any((gq * idx.gk) % scale):
@@ -167,31 +314,20 @@ def window_rows(idx: KeyIndex, q: np.ndarray, b_of_row: np.ndarray, last: np.nda
         return None
     w = np.abs(qC) * idx.s // scale  # [N, |C|] exact
     cmax = w.sum(axis=1)
-    qpat = _pack(qC > 0)
-    D = distance_bound(np.union1d(idx.pats, qpat), idx.C.size)
-    gap = 2 * np.sort(w, axis=1)[:, :D].sum(axis=1)
+    qbits = qC > 0
+    D = idx.distance(qbits)
+    w_sorted = np.sort(w, axis=1)
+    gap = 2 * np.where(np.arange(w.shape[1])[None, :] < D[:, None], w_sorted, 0).sum(axis=1)
     o_part = (q[:, idx.O] * idx.o_main).sum(axis=1) // scale if idx.O.size else np.zeros(N, np.int64)
     if np.any(cmax + np.abs(o_part) + p_abs > max_raw):
         return None  # a main key's logit (or its part before p) could saturate
     pmax = np.zeros(N, np.int64) if p is None else np.maximum.accumulate(p)[last]
-    # the match class: its latest TAIL keys at positions <= last
-    Bk = idx.keys.shape[0]
-    bk = b_of_row if Bk > 1 else np.zeros(N, np.int64)
-    cid = bk * (np.int64(1) << idx.C.size) + qpat
-    r = np.minimum(np.searchsorted(idx.classes, cid), max(0, idx.classes.size - 1))
-    found = idx.classes[r] == cid if idx.classes.size else np.zeros(N, bool)
-    at = np.searchsorted(idx.sorted_key, r * T + last, side="right") - 1
-    steps = np.arange(TAIL)
-    ti = at[:, None] - steps[None, :]
-    tcl = np.maximum(ti, 0)
-    t_ok = found[:, None] & (ti >= 0) & (idx.sorted_key[tcl] // T == r[:, None])
-    ei = at - TAIL
-    ecl = np.maximum(ei, 0)
-    earlier = found & (ei >= 0) & (idx.sorted_key[ecl] // T == r)
-    pos = np.concatenate([idx.sorted_pos[tcl], idx.e_pos[bk]], axis=1)
+    bk = b_of_row if idx.Bk > 1 else np.zeros(N, np.int64)
+    t_pos, t_ok, earlier, pm_before = idx.match(bk, qbits, last)  # the match class's latest keys
+    pos = np.concatenate([t_pos, idx.e_pos[bk]], axis=1)
     ok = np.concatenate([t_ok, idx.e_ok[bk] & (idx.e_pos[bk] <= last[:, None])], axis=1)
     pos = np.where(ok, pos, 0)
-    kc = idx.keys[bk[:, None], pos]  # [N, K, D]
+    kc = idx.at(bk, pos)  # [N, K, D]
     logits = np.einsum("nd,nkd->nk", q, kc) // scale
     if p is not None:
         logits = logits + p[pos]
@@ -200,7 +336,7 @@ def window_rows(idx: KeyIndex, q: np.ndarray, b_of_row: np.ndarray, last: np.nda
         return None  # an empty row, or a candidate's logit saturates
     LB = np.where(ok, logits, np.iinfo(np.int64).min).max(axis=1)
     ub1 = cmax - gap + o_part + pmax
-    ub2 = np.where(earlier, cmax + o_part + idx.pm[ecl], np.iinfo(np.int64).min)
+    ub2 = np.where(earlier, cmax + o_part + pm_before, np.iinfo(np.int64).min)
     if np.any(np.maximum(ub1, ub2) > LB + d0) or np.any(LB - (o_part - cmax + p_lo) > -min_raw):
         return None  # a pruned key might not be 0, or its difference to the maximum be clipped
     logits = np.where(ok, logits, (LB + d0)[:, None])
