@@ -227,3 +227,30 @@ def test_index_lookup_with_a_wide_exp_window_is_formed_whole(monkeypatch):
     on, off, taken = _both_ways(m, batch.tokens, monkeypatch)
     assert taken == 0
     assert np.array_equal(on.logits, off.logits) and on.counts == off.counts
+
+
+@pytest.mark.parametrize("change", ["both permuted", "keys permuted", "one key dim unused", "a key dim doubled"])
+def test_coded_keys_under_changed_key_maps(change, monkeypatch):
+    """W_K's code columns permuted (with W_Q: the same model; alone: a wrong one whose queries are
+    no codeword), one key dim dropped (an unused dim) or one doubled (no longer +-s): each run
+    equals the whole rows, logits and counts."""
+    m = index_lookup(64, 4, positions="reed-solomon")
+    t = m.tensors()
+    WQ, WK = t["blocks.0.attn.W_Q"], t["blocks.0.attn.W_K"]
+    perm = np.random.default_rng(0).permutation(WK.num.shape[2])
+    qn, kn = WQ.num.copy(), WK.num.copy()
+    if change in ("both permuted", "keys permuted"):
+        kn = kn[..., perm]
+        if change == "both permuted":
+            qn = qn[..., perm]
+    elif change == "one key dim unused":
+        kn[..., 3] = 0
+    else:
+        kn[..., 5] *= 2
+    mutant = m.replace_weight("blocks.0.attn.W_Q", ExactTensor(qn, WQ.den)).replace_weight(
+        "blocks.0.attn.W_K", ExactTensor(kn, WK.den))
+    batch = next(iter(task_of(m).sample(m, 8, 0)))
+    on, off, taken = _both_ways(mutant, batch.tokens, monkeypatch)
+    assert np.array_equal(on.logits, off.logits) and on.counts == off.counts
+    if change == "both permuted":
+        assert taken > 0 and on.answers == executor.run(m, batch.tokens, parse_format(m.precision)).answers

@@ -708,7 +708,7 @@ class _Plan:
         if key not in self._key_index:
             rows, Wr, bb, _ = self._proj_weights(L, li, h, "K", dims)
             index = CodedKeys.from_embedding(self.model.pos_embed, rows, np.asarray(Wr), np.asarray(bb),
-                                             self.fmt.scale, self.P)
+                                             self.fmt.scale, self.fmt.max_raw, self.P)
             if index is None:
                 k, delta = self._counted(lambda: self._proj(li, L, h, "K", np.zeros((1, self.T), np.int64), None,
                                                             self.allpos, dims=dims))

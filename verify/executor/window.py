@@ -113,13 +113,14 @@ class CodedKeys(Keys):
     is another codeword, at least ``D = ceil((k - max_distinct_dot) / 2)`` dims away. The positions
     no block covers are the exceptional keys."""
 
-    def __init__(self, code, runs: list[tuple[int, int, int]], src: np.ndarray, sigma: np.ndarray, s: np.ndarray,
-                 T: int, e_pos: np.ndarray, e_keys: np.ndarray):
+    def __init__(self, code, runs: list[tuple[int, int, int]], C: np.ndarray, O: np.ndarray, src: np.ndarray,
+                 sigma: np.ndarray, s: np.ndarray, T: int, e_pos: np.ndarray, e_keys: np.ndarray):
         self.code, self.runs, self.src, self.sigma, self.Bk, self.T = code, runs, src, sigma, 1, T
-        D = src.size
-        self.C, self.s, self.O, self.o_main = np.arange(D), s, np.zeros(0, np.int64), np.zeros(0, np.int64)
-        self.gk = np.gcd.reduce(np.concatenate([s[None], np.abs(e_keys)]), axis=0)
-        self.kmax = np.concatenate([s[None], np.abs(e_keys)]).max(axis=0)
+        self.C, self.s, self.O, self.o_main = C, s, O, np.zeros(O.size, np.int64)
+        main = np.zeros(C.size + O.size, dtype=np.int64)
+        main[C] = s
+        every = np.concatenate([main[None], np.abs(e_keys)])
+        self.gk, self.kmax = np.gcd.reduce(every, axis=0), every.max(axis=0)
         self.e_pos = np.zeros((1, EXCEPTIONAL), np.int64)
         self.e_ok = np.zeros((1, EXCEPTIONAL), bool)
         self.e_pos[0, : e_pos.size], self.e_ok[0, : e_pos.size] = e_pos, True
@@ -127,13 +128,14 @@ class CodedKeys(Keys):
         self._D = -(-(code.k - code.max_distinct_dot()) // 2)
 
     @classmethod
-    def from_embedding(cls, embedding, rows: np.ndarray, W: np.ndarray, b: np.ndarray, scale: int,
+    def from_embedding(cls, embedding, rows: np.ndarray, W: np.ndarray, b: np.ndarray, scale: int, max_raw: int,
                        reader) -> "CodedKeys | None":
         """The keys ``x[rows] @ W + b`` [T, D] of a head whose key reads the embedding's columns
         ``rows`` and nothing an earlier block writes, or None when they are not a decodable sign
         code: every column of ``rows`` one code's (the same generator and scale in every block
-        that covers it, the table 0 there), W monomial with one key dim per code column, b 0,
-        every product exact; at most EXCEPTIONAL positions outside the blocks."""
+        that covers it, the table 0 there), each key dim reading one code column (C) or none (O:
+        0 for every key), each code column read once, b 0, every product exact and within range;
+        at most EXCEPTIONAL positions outside the blocks."""
         blocks = [bl for bl in embedding.blocks if np.any((rows >= bl.col) & (rows < bl.col + bl.code.k))]
         if not blocks or W.shape[0] != rows.size or np.any(b != 0):
             return None
@@ -144,34 +146,40 @@ class CodedKeys(Keys):
             return None
         if embedding.table.shape[0] and np.any(embedding.table.num[:, rows] != 0):
             return None
-        if np.any(np.count_nonzero(W, axis=0) != 1) or np.any(np.count_nonzero(W, axis=1) != 1):
-            return None  # one key dim per code column
-        src = np.argmax(W != 0, axis=0)  # [D] the code column each key dim reads
-        w = W[src, np.arange(W.shape[1])]
+        per_dim = np.count_nonzero(W, axis=0)
+        if np.any(per_dim > 1) or np.any(np.count_nonzero(W, axis=1) != 1):
+            return None  # each key dim reads at most one code column, each column is read once
+        C, O = np.flatnonzero(per_dim == 1), np.flatnonzero(per_dim == 0)
+        src = np.argmax(W[:, C] != 0, axis=0)  # the code column each code dim reads
+        w = W[src, C]
         m = int(np.abs(reader(np.array([blocks[0].first_row]), rows[:1]))[0, 0])  # the blocks' raw magnitude
-        if np.any((m * w) % scale):
+        if np.any((m * w) % scale) or np.any(np.abs(m * w) // scale > max_raw):
             return None
         s, sigma = np.abs(m * w) // scale, np.sign(w)
         runs = sorted((bl.first_row, bl.first_row + bl.count, bl.code_start - bl.first_row) for bl in blocks)
         words = sorted((lo + off, hi + off) for lo, hi, off in runs)
         if any(b0 < a1 for (_, a1), (b0, _) in zip(words, words[1:])):
             return None  # two positions hold the same codeword
-        covered = np.zeros(embedding.n_rows, dtype=bool)
-        for lo, hi, _ in runs:
-            covered[lo:hi] = True
-        e_pos = np.flatnonzero(~covered)
-        if e_pos.size > EXCEPTIONAL:
-            return None
-        x = reader(e_pos, rows) if e_pos.size else np.zeros((0, rows.size), np.int64)
-        prods = x.astype(np.int64) @ W.astype(np.int64) if x.size else np.zeros((0, W.shape[1]), np.int64)
+        gaps, at = [], 0  # the positions no block covers
+        for lo, hi, _ in runs + [(embedding.n_rows, embedding.n_rows, 0)]:
+            if lo > at:
+                gaps.append(np.arange(at, lo))
+                if sum(g.size for g in gaps) > EXCEPTIONAL:
+                    return None
+            at = max(at, hi)
+        e_pos = np.concatenate(gaps) if gaps else np.zeros(0, np.int64)
+        x = reader(e_pos, rows).astype(np.int64) if e_pos.size else np.zeros((0, rows.size), np.int64)
         if np.any((x[:, :, None] * W[None]) % scale):
             return None
-        return cls(code, runs, src, sigma, s, embedding.n_rows, e_pos, prods // scale)
+        e_keys = x @ W.astype(np.int64) // scale
+        if np.any(np.abs(e_keys) > max_raw):
+            return None
+        return cls(code, runs, C, O, src, sigma, s, embedding.n_rows, e_pos, e_keys)
 
     def at(self, bk, pos):
         N, K = pos.shape
         flat = pos.reshape(-1)
-        out = np.zeros((flat.size, self.src.size), dtype=np.int64)
+        out = np.zeros((flat.size, self.C.size + self.O.size), dtype=np.int64)
         word = np.full(flat.size, -1, dtype=np.int64)
         for lo, hi, off in self.runs:
             inside = (flat >= lo) & (flat < hi)
@@ -179,7 +187,7 @@ class CodedKeys(Keys):
         coded = word >= 0
         if coded.any():
             signs = np.asarray(self.code.numerators(word[coded]), dtype=np.int64)[:, self.src]
-            out[coded] = signs * self.sigma * self.s
+            out[np.ix_(np.flatnonzero(coded), self.C)] = signs * self.sigma * self.s
         for i in np.flatnonzero(~coded):
             out[i] = self._e_keys[int(flat[i])]
         return out.reshape(N, K, -1)
