@@ -2,6 +2,7 @@
 
   python benchmarks/bench_sample.py --case index-lookup  [--n 16777216 --samples 8]
   python benchmarks/bench_sample.py --case k-hop         [--n 4096 --k 16 --alphabet 64 --samples 16]
+  ... [--device cuda]   (the executor's torch backend; benchmarks/gpu_session.sh runs both cases so)
 
 Each repeat runs in a fresh process (so its peak resident memory is its own): ``xf.build`` then
 ``xf.verify(mode="sample", samples=S, seed=0)``, which checks S sampled inputs and as many
@@ -33,7 +34,7 @@ def one(a: argparse.Namespace) -> dict:
     model = xf.build(a.case, **kw)
     build_s = time.perf_counter() - t0
     t0 = time.perf_counter()
-    report = xf.verify(model, mode="sample", samples=a.samples, seed=0)
+    report = xf.verify(model, mode="sample", samples=a.samples, seed=0, device=a.device)
     s = time.perf_counter() - t0
     assert report.passed, report.reason
     inputs = int(report.reason.split()[0])
@@ -50,6 +51,7 @@ def main() -> None:
     ap.add_argument("--alphabet", type=int, default=64)
     ap.add_argument("--samples", type=int)
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     ap.add_argument("--one", action="store_true", help=argparse.SUPPRESS)  # one run, in this process
     a = ap.parse_args()
     a.n = a.n or (1 << 24 if a.case == "index-lookup" else 4096)
@@ -61,7 +63,7 @@ def main() -> None:
     runs = []
     for _ in range(a.repeats):
         cmd = [sys.executable, __file__, "--one", "--case", a.case, "--n", str(a.n), "--k", str(a.k),
-               "--alphabet", str(a.alphabet), "--samples", str(a.samples)]
+               "--alphabet", str(a.alphabet), "--samples", str(a.samples), "--device", a.device]
         runs.append(json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout))
     med = {key: statistics.median(r[key] for r in runs) for key in ("inputs_per_s", "seconds", "peak_rss_gb", "build_s")}
     print(json.dumps({"case": a.case, "args": vars(a), "machine": _machine(), "load_before": load_before,
