@@ -7,7 +7,9 @@ average before and after. Cases:
 * ``il24``: Index Lookup (|Sigma| = 64) at N = 2^24, built then certified (fixed point);
 * ``il30``: Index Lookup at N = 2^30, built + certified;
 * ``eq30`` / ``ineq30``: Equality / Inequality at N = 2^30, built + certified;
-* ``disj22``: Disjointness at its cap N = 2^22, built + certified;
+* ``disj22``: Disjointness at N = 2^22 (its cap before its features became one run), built + certified;
+* ``disj30``: Disjointness at N = 2^30 (features as one run), built + certified;
+* ``files30disj``: Disjointness at 2^30 saved compact, loaded and certified from the files;
 * ``files30``: Index Lookup at 2^30: ``xf.save`` (compact: generators, no float file; it
   certifies in the format, float64 and float32 for the manifest), then ``xf.load`` and certify
   from the files, with the files' bytes; ``files30dense``: the same with the default dense form;
@@ -37,7 +39,8 @@ def rss_mb():
 def timed(key, f):
     t = time.perf_counter(); v = f(); out[key] = time.perf_counter() - t; return v
 name, n = {"il24": ("index-lookup", 1 << 24), "il30": ("index-lookup", 1 << 30), "eq30": ("equality", 1 << 30),
-           "ineq30": ("inequality", 1 << 30), "disj22": ("disjointness", 1 << 22), "files30": ("index-lookup", 1 << 30),
+           "ineq30": ("inequality", 1 << 30), "disj22": ("disjointness", 1 << 22), "disj30": ("disjointness", 1 << 30),
+           "files30": ("index-lookup", 1 << 30), "files30disj": ("disjointness", 1 << 30),
            "files30dense": ("index-lookup", 1 << 30), "sample24": ("index-lookup", 1 << 24)}[case]
 m = timed("build_s", lambda: xf.build(name, n=n))
 if case.startswith("files"):
@@ -58,7 +61,7 @@ out["peak_rss_mb"] = rss_mb()
 print("RESULT " + json.dumps(out))
 '''
 
-CASES = ("il24", "il30", "eq30", "ineq30", "disj22", "files30", "files30dense", "sample24")
+CASES = ("il24", "il30", "eq30", "ineq30", "disj22", "disj30", "files30", "files30disj", "files30dense", "sample24")
 
 
 def run_case(case: str, tmp: str, timeout: float) -> dict:
