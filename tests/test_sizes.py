@@ -4,6 +4,7 @@ the ``sizes`` command (exactformer/cli/sizes.py)."""
 from __future__ import annotations
 
 import csv
+import dataclasses
 import io
 import json
 import re
@@ -105,10 +106,32 @@ def test_compare_providers_finds_a_wrong_size():
 
 @pytest.mark.slow
 def test_size_provider_matches_builds():
-    """The provider in use (builders run shapes-only) equals real builds, N <= 2^8 here
-    (benchmarks/check_size_formulas.py checks up to 2^20, docs/sizes.md)."""
-    assert sz.SIZE_PROVIDER is sz.formula_size_row
-    assert sz.compare_providers(sz.SIZE_PROVIDER, sz.built_size_row, sz.SIZE_SPECS.values(), CHEAP) == []
+    """The shapes-only rows (the provider above each spec's built_to) equal real builds, N <= 2^8
+    here (benchmarks/check_size_formulas.py checks up to 2^20, docs/sizes.md)."""
+    assert sz.SIZE_PROVIDER is sz.measured_size_row
+    assert sz.compare_providers(sz.formula_size_row, sz.built_size_row, sz.SIZE_SPECS.values(), CHEAP) == []
+
+
+def test_rows_are_builds_up_to_built_to_and_say_why_not_above():
+    spec = dataclasses.replace(sz.SIZE_SPECS["equality"], built_to=32)
+    doc = sz.report([spec], [16, 32, 64])
+    assert [r["built"]["source"] for r in doc["rows"]] == ["build", "build", "formula"]
+    assert [r["not_built"] is None for r in doc["rows"]] == [True, True, False]
+    assert doc["rows"][2]["not_built"].startswith("not built: the size tables build equality up to N = 2^5;")
+    # the run certificate's constructions are built at every N of the tables, the others to 2^12
+    tops = {name: s.built_to for name, s in sz.SIZE_SPECS.items()}
+    assert all(tops[n] == 1 << 30 for n in ("index-lookup", "equality", "inequality", "disjointness"))
+    assert all(t <= min(s.build_max_n, s.max_n) for t, s in zip(tops.values(), sz.SIZE_SPECS.values()))
+
+
+def test_committed_specs_are_the_registry_specs():
+    """The committed size data records every spec's definition, limits included (max_n,
+    build_max_n, built_to): a registration that changes them without regenerating the data fails
+    here (and `exactformer sizes` recomputes that spec's rows meanwhile)."""
+    data = json.loads((FIGURES / "sizes.json").read_text())
+    assert data["specs"] == {name: sz.spec_json(s) for name, s in sz.SIZE_SPECS.items()}
+    changed = dataclasses.replace(sz.SIZE_SPECS["disjointness"], max_n=1 << 22)
+    assert not sz.committed_sizes().holds(changed, 1 << 10)
 
 
 @pytest.mark.parametrize("name", [c for c in registry.names() if c not in ("induction-heads", "k-hop")])
@@ -506,6 +529,16 @@ def test_cli_bad_input(app, extra, message):
 def test_formula_rows_are_the_built_sizes_up_to_a_billion():
     """Index Lookup and Equality rows up to N = 2^30 (the run certificate's reach): the shapes-only
     row is the real build's, at the largest N too."""
-    specs = [sz.SIZE_SPECS["index-lookup"], sz.SIZE_SPECS["equality"]]
-    assert all(s.build_max_n == s.max_n == 1 << 30 for s in specs)
+    specs = [sz.SIZE_SPECS["index-lookup"], sz.SIZE_SPECS["equality"], sz.SIZE_SPECS["disjointness"]]
+    assert all(s.build_max_n == s.max_n == s.built_to == 1 << 30 for s in specs)
     assert sz.compare_providers(sz.formula_size_row, sz.built_size_row, specs, [1 << 24, 1 << 30]) == []
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["index-lookup", "equality", "inequality", "disjointness"])
+def test_committed_rows_at_a_billion_are_builds(committed, name):
+    """The committed rows of the run certificate's constructions at N = 2^30 are measured from
+    full builds, and a fresh build gives them again."""
+    row = next(r for r in committed["rows"] if r["spec"] == name and r["n"] == 1 << 30)
+    assert row["built"]["source"] == "build" and row["not_built"] is None
+    assert sz.built_size_row(sz.SIZE_SPECS[name], 1 << 30).to_json() == row["built"]

@@ -51,6 +51,7 @@ class Claim:
 
 
 BUILD_MAX_N = 1 << 20  # the default largest N the size tables build
+BUILT_TO = 1 << 12  # the default largest N whose size rows are full builds (above: the builder shapes-only)
 
 
 @dataclass(frozen=True)
@@ -59,7 +60,9 @@ class SizeRows:
     ``max_n``, in the lower-bound family ``family`` (a key of
     :data:`exactformer.verify.bounds.lower_bounds.FAMILIES`), compared with ``bounds`` (keys of its
     BOUNDS; None: the family's) and with ``claim`` (None: the construction's). ``name`` defaults
-    to the construction's; ``build_max_n`` is the largest N checked against a full build."""
+    to the construction's; ``build_max_n`` is the largest N checked against a full build; rows up
+    to ``built_to`` (at most ``build_max_n``) are measured from full builds, rows above it come from
+    the builder run shapes-only."""
 
     family: str
     kwargs: tuple[tuple[str, Any], ...] = ()
@@ -69,6 +72,7 @@ class SizeRows:
     build_max_n: int = BUILD_MAX_N
     max_n: int = BUILD_MAX_N
     note: str = ""
+    built_to: int = BUILT_TO
 
 
 @dataclass(frozen=True)

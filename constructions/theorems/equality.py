@@ -121,7 +121,7 @@ def _build(n: int, positions: Any, eta: Any, precision: Any, max_inner: Fraction
 
 
 @construction("equality", task=EqualityTask(complement=False), theorem=THEOREM, claim=CLAIM,
-              sizes=SizeRows("equality", build_max_n=MAX_N, max_n=MAX_N))
+              sizes=SizeRows("equality", build_max_n=MAX_N, max_n=MAX_N, built_to=MAX_N))
 def equality(n: int, positions: str = "auto", eta: Fraction | str | None = None, precision: Format | str | None = None,
              max_inner: Fraction = Fraction(1, 4), seed: int = 0,
              arithmetics: str | tuple[str, ...] | None = None) -> CompiledModel:
@@ -149,7 +149,7 @@ def equality(n: int, positions: str = "auto", eta: Fraction | str | None = None,
 
 
 @construction("inequality", task=EqualityTask(complement=True), theorem=THEOREM, claim=CLAIM,
-              sizes=SizeRows("equality", build_max_n=MAX_N, max_n=MAX_N))
+              sizes=SizeRows("equality", build_max_n=MAX_N, max_n=MAX_N, built_to=MAX_N))
 def inequality(n: int, positions: str = "auto", eta: Fraction | str | None = None, precision: Format | str | None = None,
                max_inner: Fraction = Fraction(1, 4), seed: int = 0,
                arithmetics: str | tuple[str, ...] | None = None) -> CompiledModel:

@@ -220,7 +220,7 @@ _SIZE_BOUNDS = ("rnn-index-lookup", "tracr-index-lookup")
               claim=Claim("P1 Thm 1 (Sec. 3, App. C.2)", "1", "1 (App. C.2)", "O(log N)", "O(log N)",
                           "poly-log: width x d x p = O((log N)^3) (Sec. 1, Sec. 2)"),
               sizes=(SizeRows("index-lookup", (("alphabet", 64),), _SIZE_BOUNDS, build_max_n=MAX_N, max_n=MAX_N,
-                              note="|Sigma| = 64, positions auto"),
+                              built_to=MAX_N, note="|Sigma| = 64, positions auto"),
                      SizeRows("index-lookup", (("alphabet", 64), ("positions", "onehot")), _SIZE_BOUNDS,
                               name="index-lookup-onehot", build_max_n=1 << 10, max_n=1 << 10,
                               claim=Claim("P1 Sec. 3 (the naive construction before Thm 1)", "1", "1",

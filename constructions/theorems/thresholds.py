@@ -251,7 +251,7 @@ def threshold_features(n: int, features: list | None = None, b: int | None = Non
 
 
 @construction("disjointness", task=ThresholdTask("disjointness"), theorem=THEOREM, claim=CLAIM,
-              sizes=SizeRows("disjointness", build_max_n=MAX_N, max_n=MAX_N))
+              sizes=SizeRows("disjointness", build_max_n=MAX_N, max_n=MAX_N, built_to=MAX_N))
 def disjointness(n: int, positions: str = "auto", eta: Fraction | str | None = None,
                  precision: Format | str | None = None, max_inner: Fraction = Fraction(1, 4), seed: int = 0,
                  arithmetics: str | tuple[str, ...] | None = None) -> CompiledModel:

@@ -43,13 +43,15 @@ def _rows_provider(recompute: bool, specs: list[sz.SizeSpec], ns: list[int]) -> 
     committed = sz.committed_sizes()
     if committed is None:
         typer.echo(f"note: no committed size data ({sz.COMMITTED_DATA}, part of a source checkout): computing "
-                   "every row (builders run shapes-only; minutes for the whole table)", err=True)
+                   "every row (full builds, shapes-only above each construction's built_to; minutes for the whole "
+                   "table)", err=True)
         return None
     missing = [(s.name, n) for s in specs for n in ns if not committed.holds(s, n)]
     if missing:
         examples = ", ".join(f"{name} N={sz.fmt_n(n)}" for name, n in missing[:3]) + (", ..." if len(missing) > 3 else "")
         typer.echo(f"note: {len(missing)} of {len(specs) * len(ns)} rows are not in the committed size data "
-                   f"({examples}): computing them (builders run shapes-only; large N can take minutes)", err=True)
+                   f"({examples}): computing them (full builds, shapes-only above each construction's built_to; large "
+                   "N can take minutes)", err=True)
     return committed
 
 
@@ -67,8 +69,9 @@ def sizes(
         None, "--doc", help="with --figures: rewrite the generated tables of this Markdown file (repeatable: "
                             "docs/sizes.md, docs/separations.md)"),
     recompute: bool = typer.Option(
-        False, "--recompute", help="compute every row (builders run shapes-only; minutes for the whole table) instead "
-                                   "of reading the committed data docs/figures/sizes.json"),
+        False, "--recompute", help="compute every row (full builds, shapes-only above each construction's built_to; "
+                                   "minutes for the whole table) instead of reading the committed data "
+                                   "docs/figures/sizes.json"),
 ) -> None:
     """Sizes of the built models (layers, heads, width, precision, bits) beside the lower bounds.
 

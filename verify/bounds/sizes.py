@@ -3,13 +3,16 @@
 A *size row* is what one built model costs: layers, heads, d_model, d_head, width, precision bits,
 stored parameters and total size in bits (:class:`SizeRow`). Rows come from a *size provider*
 ``provider(spec, n) -> SizeRow`` (raising :class:`SizeUnavailable` where it has no answer). The
-provider in use is the module variable :data:`SIZE_PROVIDER`: :func:`formula_size_row` runs the
-builder shapes-only (no weights assembled, N up to each spec's ``max_n``), checked against real
-builds (:func:`built_size_row`) for N <= 2^20; everything here (tables, CSV, JSON, plots) reads it
-at call time unless given another provider. :func:`report` with it wrote the committed size data
-(:data:`COMMITTED_DATA`, docs/figures/sizes.json), which :class:`CommittedSizes` serves back: the
-``sizes`` command reads the committed data and computes only the rows it lacks (``--recompute``:
-every row).
+provider in use is the module variable :data:`SIZE_PROVIDER`: :func:`measured_size_row` builds
+the model (:func:`built_size_row`, ``source: "build"``) up to each spec's ``built_to`` (N = 2^30 for
+the constructions the run certificate covers there: Index Lookup, Equality, Inequality,
+Disjointness; 2^12 for the others) and above it runs the builder shapes-only
+(:func:`formula_size_row`, ``source: "formula"``: no weights assembled, N up to ``max_n``, checked
+against real builds for N <= 2^20), the row saying why it was not built; everything here
+(tables, CSV, JSON, plots) reads it at call time unless given another provider. :func:`report`
+with it wrote the committed size data (:data:`COMMITTED_DATA`, docs/figures/sizes.json), which
+:class:`CommittedSizes` serves back: the ``sizes`` command reads the committed data and computes
+only the rows it lacks (``--recompute``: every row).
 
 Each row is set beside the lower bounds of its task (:mod:`exactformer.verify.bounds.lower_bounds`),
 evaluated at the built model's own precision p ("the same precision"), or, for rows not built, at
@@ -33,7 +36,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable
 
 from exactformer.constructions.core import registry
-from exactformer.constructions.core.registry import BUILD_MAX_N, Claim
+from exactformer.constructions.core.registry import BUILD_MAX_N, BUILT_TO, Claim
 from exactformer.constructions.core.builder import shapes_only
 from exactformer.verify.bounds import lower_bounds as lb
 
@@ -70,6 +73,7 @@ class SizeSpec:
     build_max_n: int = BUILD_MAX_N
     max_n: int = BUILD_MAX_N
     note: str = ""
+    built_to: int = BUILT_TO
 
     @property
     def builder_kwargs(self) -> dict[str, Any]:
@@ -90,7 +94,7 @@ def _registered_specs() -> tuple[dict[str, SizeSpec], dict[str, str]]:
         for r in c.sizes:
             spec_name = r.name or name
             specs[spec_name] = SizeSpec(spec_name, name, r.family, r.kwargs, r.bounds, r.claim or c.claim,
-                                        r.build_max_n, r.max_n, r.note)
+                                        r.build_max_n, r.max_n, r.note, min(r.built_to, r.build_max_n, r.max_n))
         if c.no_sizes is not None:
             not_built[c.no_sizes.family] = c.no_sizes.reason
     return specs, not_built
@@ -183,10 +187,26 @@ def formula_size_row(spec: SizeSpec, n: int) -> SizeRow:
     return _size_row(spec, n, shapes=True)
 
 
-#: The provider every table, plot and the ``sizes`` command use: the shapes-only path, checked
-#: against :func:`built_size_row` (real builds) by :func:`compare_providers` for N <= 2^20
-#: (``benchmarks/check_size_formulas.py``; tests/test_sizes.py for small N).
-SIZE_PROVIDER: SizeProvider = formula_size_row
+def measured_size_row(spec: SizeSpec, n: int) -> SizeRow:
+    """A full build (:func:`built_size_row`) for N <= ``spec.built_to``, else the builder run
+    shapes-only (:func:`formula_size_row`; :func:`not_built_note` says so in the row)."""
+    return built_size_row(spec, n) if n <= spec.built_to else formula_size_row(spec, n)
+
+
+def not_built_note(spec: SizeSpec, row: SizeRow) -> str | None:
+    """Why a row with sizes was not measured from a build (None for a build)."""
+    if row.source == "build":
+        return None
+    top = f"N = {fmt_n(spec.built_to)}" if spec.built_to >= 2 else "no N"
+    return (f"not built: the size tables build {spec.name} up to {top}; this row is its builder run "
+            "shapes-only (the same design, layout and blocks, no weights assembled)")
+
+
+#: The provider every table, plot and the ``sizes`` command use: full builds up to each spec's
+#: ``built_to``, the shapes-only path above it (checked against :func:`built_size_row` by
+#: :func:`compare_providers` for N <= 2^20: ``benchmarks/check_size_formulas.py``;
+#: tests/test_sizes.py for small N and at 2^24 and 2^30).
+SIZE_PROVIDER: SizeProvider = measured_size_row
 
 
 def provider_or_default(provider: SizeProvider | None) -> SizeProvider:
@@ -208,7 +228,7 @@ class CommittedSizes:
     """A size provider that answers from a committed report (``rows``: (spec, N) -> its row) and
     computes with ``fallback`` (default :data:`SIZE_PROVIDER`, read at call time) every (spec, N)
     the report does not hold, and every row of a spec whose definition (construction, kwargs,
-    family, bounds, claim, note) differs from the committed one."""
+    family, bounds, claim, note, max_n, build_max_n, built_to) differs from the committed one."""
 
     source: Path
     specs: dict[str, dict[str, Any]]
@@ -324,7 +344,8 @@ def report(specs: Iterable[SizeSpec], ns: list[int], provider: SizeProvider | No
     for s in specs:
         for n in ns:
             try:
-                built, reason = provider(s, n), None
+                built = provider(s, n)
+                reason = not_built_note(s, built)
             except SizeUnavailable as e:
                 built, reason = None, str(e)
             p = built.precision_bits if built else reference_p(n)
@@ -348,7 +369,8 @@ def report(specs: Iterable[SizeSpec], ns: list[int], provider: SizeProvider | No
 def spec_json(s: SizeSpec) -> dict[str, Any]:
     """The definition of a spec as the report records it (``specs`` of the JSON schema)."""
     return {"construction": s.construction, "family": s.family, "kwargs": s.builder_kwargs,
-            "bounds": list(s.bound_keys), "claim": _claim(s), "note": s.note}
+            "bounds": list(s.bound_keys), "claim": _claim(s), "note": s.note, "max_n": s.max_n,
+            "build_max_n": s.build_max_n, "built_to": s.built_to}
 
 
 def _claim(s: SizeSpec) -> dict | None:
