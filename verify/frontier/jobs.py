@@ -26,10 +26,13 @@ from exactformer.verify.certify.composed import certify
 from exactformer.verify.frontier.grid import design_keywords
 
 
-def peak_rss() -> int:
-    """This process's peak resident memory in bytes (``ru_maxrss``: kilobytes on Linux, bytes on macOS)."""
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return peak if sys.platform == "darwin" else peak * 1024
+def _proc_status(field: str) -> int:
+    """A memory line of ``/proc/self/status`` (VmRSS, VmHWM) in bytes."""
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) * 1024
+    raise OSError(f"no {field} in /proc/self/status")
 
 
 def reset_peak_rss() -> int | None:
@@ -38,9 +41,20 @@ def reset_peak_rss() -> int | None:
     try:
         with open("/proc/self/clear_refs", "w") as f:
             f.write("5")
+        return _proc_status("VmRSS")
     except OSError:
         return None
-    return peak_rss()
+
+
+def peak_rss(reset: bool) -> int:
+    """This process's peak resident memory in bytes: since the last :func:`reset_peak_rss` where
+    ``reset`` (VmHWM: ``ru_maxrss`` also keeps the peak at the last exit of any of the process's
+    threads, which the reset does not clear), else the lifetime peak (``ru_maxrss``: kilobytes on
+    Linux, bytes on macOS)."""
+    if reset:
+        return _proc_status("VmHWM")
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak if sys.platform == "darwin" else peak * 1024
 
 
 def run_job(job: dict[str, Any]) -> dict[str, Any]:
@@ -48,7 +62,7 @@ def run_job(job: dict[str, Any]) -> dict[str, Any]:
     eta, the arithmetics its design checked, the seconds of each step and the memory it took
     (``rss_start``, ``peak_rss``: the module docstring)."""
     start = reset_peak_rss()
-    return _run(job) | {"rss_start": start, "peak_rss": peak_rss()}
+    return _run(job) | {"rss_start": start, "peak_rss": peak_rss(start is not None)}
 
 
 def _run(job: dict[str, Any]) -> dict[str, Any]:
