@@ -40,7 +40,7 @@ from typing import Any, Iterator, Sequence
 import numpy as np
 
 from exactformer.constructions.core.ir import CompiledModel
-from exactformer.constructions.core.runs import Classes, Counting, Declined, DomainRuns, FeatureRun
+from exactformer.constructions.core.runs import EXPAND_LIMIT, Classes, Counting, Declined, DomainRuns, FeatureRun
 from exactformer.constructions.core.spec import CountThreshold
 from exactformer.constructions.core.task import Batch, Domains, PowerCount, Task, TaskError, power_count, redefines
 
@@ -403,17 +403,22 @@ class FeatureRuns(Features):
 
     def counting(self) -> tuple[FeatureRun, ...] | None:
         """The features as :class:`~exactformer.constructions.core.runs.FeatureRun` (reads at
-        p + offsets, p the feature's position; input bit i is token position i), or None when a
-        run reads a fixed position (a slot of step 0)."""
+        p + offsets, p the feature's position; input bit i is token position i): a run whose slots
+        all step by 1 is one FeatureRun; a run with a slot of step 0 (a fixed position) is one
+        FeatureRun per feature, up to ``EXPAND_LIMIT`` features (None beyond)."""
         out = []
         for b in self.blocks:
             if b.type < 0:
                 continue
-            if any(d != 1 for d in b.step):
-                return None
             r, table = self.types[b.type]
-            out.append(FeatureRun(b.first, b.first + b.count, tuple(s - b.first for s in b.start),
-                                  np.asarray(table, dtype=np.int64).reshape((2,) * r)))
+            table = np.asarray(table, dtype=np.int64).reshape((2,) * r)
+            if all(d == 1 for d in b.step):
+                out.append(FeatureRun(b.first, b.first + b.count, tuple(s - b.first for s in b.start), table))
+            elif b.count <= EXPAND_LIMIT:
+                out += [FeatureRun(p, p + 1, tuple(s + d * (p - b.first) - p for s, d in zip(b.start, b.step)), table)
+                        for p in range(b.first, b.first + b.count)]
+            else:
+                return None
         return tuple(out)
 
 
