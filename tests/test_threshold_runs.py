@@ -76,7 +76,7 @@ def test_runs_from_pieces_equal_runs_scanned_by_position(seed):
     pieces = [(int(a), int(b), int(rng.integers(0, 2)), int(rng.integers(-3, 4)) if rng.random() < 0.5 else -int(a) + 2)
               for a, b in zip(cuts, cuts[1:])]
     table = np.concatenate([s * np.arange(a, b) + o for a, b, s, o in pieces])
-    assert bt.greedy_runs(pieces, T) == bt._table_runs(table)
+    assert bt.greedy_runs(pieces, T) == bt.table_runs(table)
 
 
 @pytest.mark.parametrize("features,b", [(RUNS8, 2), (RUNS8, 0), ([{"count": 4, "index": [1, 5], "g": "1110"}], 3),

@@ -274,7 +274,7 @@ def greedy_runs(pieces: Pieces, T: int) -> list[tuple[str, int, int, int]]:
     return runs
 
 
-def _table_runs(qidx: np.ndarray) -> list[tuple[str, int, int, int]]:
+def table_runs(qidx: np.ndarray) -> list[tuple[str, int, int, int]]:
     """:func:`greedy_runs` of an index table (one entry per position)."""
     T, runs, i = len(qidx), [], 0
     while i < T:
@@ -311,7 +311,7 @@ class FeatureTable(Features):
         return out
 
     def code_runs(self, h: int, limit: int) -> list[tuple[str, int, int, int]] | None:
-        runs = _table_runs(self.query_table(h))
+        runs = table_runs(self.query_table(h))
         return runs if len(runs) <= limit else None
 
     def type_runs(self) -> tuple[np.ndarray, np.ndarray]:
