@@ -173,7 +173,7 @@ def test_help_shows_docstring_ranges_without_markup():
     r = invoke("verify", "threshold", "--help")
     assert r.exit_code == 0
     text = " ".join(r.stdout.split())
-    for phrase in ("int in [0, m]", "[index set, truth table]", "int in [2, 2^22]", "--code-seed",
+    for phrase in ("int in [0, m]", "[index set, truth table]", "int in [2, 2^30]", "--code-seed",
                    "--find-min-precision", "--mode", "--samples", "--seed", "--device", "--json"):
         assert phrase in text, phrase
     assert "<bool>" not in r.stdout and "<int>" not in r.stdout
