@@ -11,13 +11,15 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
 import exactformer as xf
 import exactformer.verify.executor.exact as executor
 from exactformer.constructions.core.ir import ExactTensor
-from exactformer.constructions.codes.positions import BinaryCode, RandomSignCode, ReedSolomonCode
+from exactformer.constructions.codes.positions import BinaryCode, CodeView, RandomSignCode, ReedSolomonCode
 from exactformer.constructions.core.registry import task_of
 from exactformer.constructions.theorems.index_lookup import index_lookup
 from exactformer.precision import FixedPoint, parse_format
@@ -229,12 +231,24 @@ def test_index_lookup_with_a_wide_exp_window_is_formed_whole(monkeypatch):
     assert np.array_equal(on.logits, off.logits) and on.counts == off.counts
 
 
-@pytest.mark.parametrize("change", ["both permuted", "keys permuted", "one key dim unused", "a key dim doubled"])
+@pytest.mark.parametrize("change", ["both permuted", "keys permuted", "one key dim unused", "a key dim doubled",
+                                    "the key block's scale negated", "a code view of the key block"])
 def test_coded_keys_under_changed_key_maps(change, monkeypatch):
     """W_K's code columns permuted (with W_Q: the same model; alone: a wrong one whose queries are
-    no codeword), one key dim dropped (an unused dim) or one doubled (no longer +-s): each run
-    equals the whole rows, logits and counts."""
+    no codeword), one key dim dropped (an unused dim) or one doubled (no longer +-s), the key
+    block's scale negated (every key flipped: the sign comes from the block, not only W_K), the
+    block's code replaced by a view of it (no proved distance: not decoded): each run equals the
+    whole rows, logits and counts."""
     m = index_lookup(64, 4, positions="reed-solomon")
+    if change in ("the key block's scale negated", "a code view of the key block"):
+        (kb,) = m.pos_embed.blocks
+        kb = dataclasses.replace(kb, scale=-kb.scale) if "negated" in change else dataclasses.replace(
+            kb, code=CodeView(kb.code))
+        mutant = dataclasses.replace(m, pos_embed=dataclasses.replace(m.pos_embed, blocks=(kb,)))
+        batch = next(iter(task_of(m).sample(m, 8, 0)))
+        on, off, _ = _both_ways(mutant, batch.tokens, monkeypatch)
+        assert np.array_equal(on.logits, off.logits) and on.counts == off.counts
+        return
     t = m.tensors()
     WQ, WK = t["blocks.0.attn.W_Q"], t["blocks.0.attn.W_K"]
     perm = np.random.default_rng(0).permutation(WK.num.shape[2])

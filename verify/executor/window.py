@@ -36,6 +36,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from exactformer.constructions.codes.positions import BinaryCode, ReedSolomonCode
+
 TAIL = 4  # latest keys of the match class taken per row
 EXCEPTIONAL = 8  # keys per input outside the main class, taken by every row
 FLIP_LOOKUPS = 1 << 22  # look-ups allowed for the distance bound D >= 3
@@ -140,7 +142,7 @@ class CodedKeys(Keys):
         if not blocks or W.shape[0] != rows.size or np.any(b != 0):
             return None
         code = blocks[0].code
-        if code.family not in ("binary", "reed-solomon") or any(
+        if type(code) not in (BinaryCode, ReedSolomonCode) or any(  # the families whose distance is proved
                 bl.code.generator_key() != code.generator_key() or bl.scale != blocks[0].scale
                 or not np.array_equal(rows, np.arange(bl.col, bl.col + bl.code.k)) for bl in blocks):
             return None
@@ -152,10 +154,12 @@ class CodedKeys(Keys):
         C, O = np.flatnonzero(per_dim == 1), np.flatnonzero(per_dim == 0)
         src = np.argmax(W[:, C] != 0, axis=0)  # the code column each code dim reads
         w = W[src, C]
-        m = int(np.abs(reader(np.array([blocks[0].first_row]), rows[:1]))[0, 0])  # the blocks' raw magnitude
-        if np.any((m * w) % scale) or np.any(np.abs(m * w) // scale > max_raw):
+        # the blocks' raw value for a numerator +1 (signed: a negative scale flips every key)
+        first = blocks[0]
+        m = int(reader(np.array([first.first_row]), rows[:1])[0, 0]) * int(code.numerators([first.code_start])[0, 0])
+        if m == 0 or np.any((m * w) % scale) or np.any(np.abs(m * w) // scale > max_raw):
             return None
-        s, sigma = np.abs(m * w) // scale, np.sign(w)
+        s, sigma = np.abs(m * w) // scale, np.sign(m * w)
         runs = sorted((bl.first_row, bl.first_row + bl.count, bl.code_start - bl.first_row) for bl in blocks)
         words = sorted((lo + off, hi + off) for lo, hi, off in runs)
         if any(b0 < a1 for (_, a1), (b0, _) in zip(words, words[1:])):
