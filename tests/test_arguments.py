@@ -12,7 +12,7 @@ import pytest
 from typer.testing import CliRunner
 
 import exactformer as xf
-from exactformer.constructions.core.task import count_log2, format_count
+from exactformer.constructions.core.task import _power, count_log2, format_count
 from exactformer.cli.main import app
 from exactformer.verify.mpc import check as mpc_check
 from exactformer.verify.verifier import VerifyError
@@ -170,6 +170,21 @@ def test_format_count():
     assert format_count(math.factorial(200)) == f"about 2^{math.log2(math.factorial(200)):.1f}"
     assert format_count(math.inf) == "too many to count" and count_log2(math.inf) is None
     assert count_log2(64**4096 * 4096) == 24588.0
+
+
+def test_power_splits_by_squares_as_by_single_factors():
+    """_power finds base^e by the squares that divide the count; equal to dividing one factor at a
+    time, including the edges (e = 0, rest 1, e one below and at a power of 2)."""
+    def one_at_a_time(c, b):
+        e = 0
+        while c % b == 0:
+            c, e = c // b, e + 1
+        return e, c
+    rng = np.random.default_rng(0)
+    for b in (2, 3, 5, 7, 6, 64):
+        for e in (0, 1, 2, 3, 7, 8, 15, 16, 17, 100, 1023, 1024):
+            for rest in (1, 11, int(rng.integers(1, 10**9)) * b + 1):
+                assert _power(b**e * rest, b) == one_at_a_time(b**e * rest, b), (b, e, rest)
 
 
 @pytest.mark.parametrize("args,count", [
