@@ -65,7 +65,7 @@ class Simulated(Pool):
     def share(self, obj: Any) -> Any:
         return obj
 
-    def completed(self) -> Iterator[tuple[str, Any]]:
+    def completed(self, on_killed: Callable[[str, str], Any] | None = None) -> Iterator[tuple[str, Any]]:
         while self.queue or self.running:
             while self.queue and len(self.running) < self.workers:
                 _, count, fn, arg, key = heapq.heappop(self.queue)

@@ -129,3 +129,35 @@ def test_bad_sharding_arguments_in_the_api(eq16):
     with pytest.raises(VerifyError, match="^workers: shards exhaustive and sample runs only"):
         xf.verify(eq16, mode="certify", workers=2)
     assert check_workers(None) is None and check_scheduler(" tcp://h:1 ") == "tcp://h:1"
+
+
+def _dies(_: object) -> None:
+    import os
+
+    os._exit(1)  # the worker process dies, as the kernel's OOM killer would end it
+
+
+def _square(x: int) -> int:
+    return x * x
+
+
+@pytest.mark.slow
+def test_a_job_whose_worker_always_dies_is_one_result_or_raises(monkeypatch):
+    """With its retries spent, a job that kills its worker becomes on_killed's result (the run goes
+    on: the pool still runs jobs after it), or, without on_killed, raises KilledWorker."""
+    from distributed import KilledWorker
+
+    from exactformer.verify.distributed import engine
+
+    monkeypatch.setattr(engine, "RETRIES", 0)
+    with engine.pool(workers=1) as jobs:
+        jobs.submit(_square, 7, "square")
+        got = {}
+        for key, result in jobs.completed(on_killed=lambda key, why: ("killed", key, why)):
+            got[key] = result
+            if key == "square":  # submitted while iterating: then the next result comes as well
+                jobs.submit(_dies, None, "dies")
+        assert got["square"] == 49 and got["dies"][:2] == ("killed", "dies") and "died" in got["dies"][2]
+        jobs.submit(_dies, None, "dies again")
+        with pytest.raises(KilledWorker):
+            list(jobs.completed())

@@ -286,7 +286,7 @@ class _LowestPriorityFirst(Pool):
     def share(self, obj):
         return obj
 
-    def completed(self):
+    def completed(self, on_killed=None):
         while self.queue:
             item = min(self.queue, key=lambda q: q[0])
             self.queue.remove(item)

@@ -68,8 +68,12 @@ class Pool(ABC):
         first where the pool orders its queue."""
 
     @abstractmethod
-    def completed(self) -> Iterator[tuple[str, Any]]:
-        """``(key, result)`` of every job as it finishes, jobs submitted while iterating included."""
+    def completed(self, on_killed: Callable[[str, str], Any] | None = None) -> Iterator[tuple[str, Any]]:
+        """``(key, result)`` of every job as it finishes, jobs submitted while iterating included.
+        A job whose worker died more than :data:`RETRIES` times raises ``KilledWorker`` here, or,
+        with ``on_killed``, yields ``(key, on_killed(key, reason))`` and the others go on (a
+        job that always takes more memory than a worker has becomes one result, not the end of
+        the run)."""
 
     @abstractmethod
     def share(self, obj: Any) -> Any:
@@ -91,8 +95,8 @@ class InProcess(Pool):
     def share(self, obj: Any) -> Any:
         return obj
 
-    def completed(self) -> Iterator[tuple[str, Any]]:
-        while self._queue:
+    def completed(self, on_killed: Callable[[str, str], Any] | None = None) -> Iterator[tuple[str, Any]]:
+        while self._queue:  # no worker to lose: on_killed is never called
             item = min(self._queue)
             self._queue.remove(item)
             _, _, fn, arg, key = item
@@ -121,18 +125,20 @@ class DaskPool(Pool):
     def share(self, obj: Any) -> Any:
         return self.client.scatter(obj, broadcast=True, hash=False)
 
-    def completed(self) -> Iterator[tuple[str, Any]]:
+    def completed(self, on_killed: Callable[[str, str], Any] | None = None) -> Iterator[tuple[str, Any]]:
         from distributed import KilledWorker
 
         for future in self._done:
             fn, arg, key, priority, tries = self._jobs.pop(future.key)
             try:
                 result = future.result()
-            except KilledWorker:
-                if tries >= RETRIES:
+            except KilledWorker as e:
+                if tries < RETRIES:
+                    self.submit(fn, arg, key, priority, tries + 1)
+                    continue
+                if on_killed is None:
                     raise
-                self.submit(fn, arg, key, priority, tries + 1)
-                continue
+                result = on_killed(key, f"its worker died in each of its {tries + 1} submissions ({e})")
             finally:
                 future.release()
             yield key, result

@@ -204,7 +204,12 @@ def frontier(constructions: Any = None, arithmetics: Any = None, min_log_n: int 
 
             for chain, job in todo:
                 submit(chain, job)
-            for key, result in jobs.completed():
+            def killed(key: str, why: str) -> dict[str, Any]:
+                """A job whose workers kept dying (out of memory): an error cell, its chain stops."""
+                return running[key][1].to_dict() | {"status": "error", "reason": f"not computed: {why}",
+                                                    "seconds": None}
+
+            for key, result in jobs.completed(on_killed=killed):
                 chain, job, early, _ = running.pop(key)
                 computed += 1
                 if result["status"] != "error":  # an error (a bug, memory) is run again next time
