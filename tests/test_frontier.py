@@ -308,3 +308,35 @@ def test_jobs_run_ahead_only_where_memory_allows_and_the_table_is_the_serial_run
     else:  # a worker's memory limit of 1 MB: no job is predicted to fit
         assert f.ran_ahead == {"run": 0, "joined": 0} and f.computed == serial_ahead.computed
     assert all(c["peak_rss"] >= (c["rss_start"] or 0) > 0 for chain in f.chains for c in chain.ran())
+
+
+class _KillsN32(_LowestPriorityFirst):
+    """As above, but every N = 32 job's worker always dies: the pool hands it to ``on_killed``."""
+
+    def completed(self, on_killed=None):
+        while self.queue:
+            item = min(self.queue, key=lambda q: q[0])
+            self.queue.remove(item)
+            if item[3]["n"] == 32:
+                yield item[1], on_killed(item[1], "its worker died in each of its 4 submissions (test)")
+            else:
+                yield item[1], item[2](item[3])
+
+
+def test_a_job_whose_worker_always_dies_is_an_error_cell_and_the_run_goes_on(monkeypatch, tmp_path):
+    """The run ends normally: the killed N is an error cell with its reason and seconds, its chain
+    stops there, the other cells are the serial run's, and every output writes it (the line per job
+    on a pipe, CSV, Markdown, JSON)."""
+    from contextlib import contextmanager
+
+    from exactformer.cli.frontier import _progress
+    from exactformer.verify.frontier import report, run
+
+    monkeypatch.setattr(run, "pool", contextmanager(lambda workers, scheduler: iter([_KillsN32(64 << 30)])))
+    lines, _ = _progress()
+    f = xf.frontier(**SMALL, cache=False, progress=lines)
+    for chain in f.chains:
+        cell = chain.cells[32]
+        assert cell["status"] == "error" and "worker died" in cell["reason"] and cell["seconds"] >= 0
+        assert chain.cells[16]["status"] != "error"
+    assert report.to_csv(f) and report.to_markdown(f) and json.dumps(report.to_dict(f))

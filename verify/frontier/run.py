@@ -177,6 +177,7 @@ def frontier(constructions: Any = None, arithmetics: Any = None, min_log_n: int 
     if todo:
         # key -> (chain, job, run ahead, predicted peak bytes) of every job submitted and not finished
         running: dict[str, tuple[Chain, Any, bool, int | None]] = {}
+        submitted: dict[str, float] = {}  # when each job was first submitted (a killed job's seconds)
         with pool(workers, scheduler) as jobs:
             where = jobs.where
 
@@ -188,6 +189,7 @@ def frontier(constructions: Any = None, arithmetics: Any = None, min_log_n: int 
                     counts["joined"] += 1
                 else:
                     jobs.submit(run_job, job.to_dict(), key, priority=-job.n.bit_length())
+                    submitted[key] = time.perf_counter()
                 running[key] = (chain, job, False, predicted_peak(chain, 1))
                 i = chain.ns.index(job.n) + 1
                 if jobs.workers < 2 or i >= len(chain.ns) or chain.predicted() * GROWTH * GROWTH > budget:
@@ -201,13 +203,15 @@ def frontier(constructions: Any = None, arithmetics: Any = None, min_log_n: int 
                     running[k] = (chain, nxt, True, peak)
                     counts["run"] += 1
                     jobs.submit(run_job, nxt.to_dict(), k, priority=-nxt.n.bit_length() - AHEAD)
+                    submitted[k] = time.perf_counter()
 
             for chain, job in todo:
                 submit(chain, job)
             def killed(key: str, why: str) -> dict[str, Any]:
-                """A job whose workers kept dying (out of memory): an error cell, its chain stops."""
+                """A job whose workers kept dying (out of memory): an error cell, its chain stops; its
+                seconds are those from its submission to the last death."""
                 return running[key][1].to_dict() | {"status": "error", "reason": f"not computed: {why}",
-                                                    "seconds": None}
+                                                    "seconds": time.perf_counter() - submitted[key]}
 
             for key, result in jobs.completed(on_killed=killed):
                 chain, job, early, _ = running.pop(key)
