@@ -6,8 +6,8 @@
 
 Each repeat runs in a fresh process (so its peak resident memory is its own): ``xf.build`` then
 ``xf.verify(mode="sample", samples=S, seed=0)``, which checks S sampled inputs and as many
-adversarial ones; inputs per second count both and include drawing and encoding them. Goals
-(issues 19 and 20): k-hop N = 2^12 >= 200 inputs/s; Index Lookup N = 2^24 >= 2 inputs/s within 4 GB.
+adversarial ones; inputs per second count both and include drawing and encoding them. Goals:
+k-hop N = 2^12 >= 200 inputs/s; Index Lookup N = 2^24 >= 2 inputs/s within 4 GB.
 One JSON object: the medians of ``--repeats`` runs, every run, the load average before and after,
 the machine.
 """
