@@ -33,6 +33,7 @@ PER_BASE = 32  # 8 bases x 32 mutants = 256 adversarial models
 
 
 @pytest.mark.parametrize("name,kw", BASES, ids=[f"{(b.values if hasattr(b, 'values') else b)[0]}-{i}" for i, b in enumerate(BASES)])
+@pytest.mark.slow
 def test_certificate_agrees_with_exhaustive_on_mutants(name, kw):
     base = registry.get(name).builder(**kw)
     fmt = parse_format(base.precision)

@@ -223,6 +223,7 @@ def test_find_min_precision_table_and_json():
 # ---- verify all ---------------------------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_verify_all_small():
     r = invoke("verify", "all", "--n", "8", "--json")
     d = one_json(r)
@@ -266,6 +267,7 @@ def _fits(report: dict) -> bool:
     return _inputs(report) <= EXHAUSTIVE_LIMIT
 
 
+@pytest.mark.slow
 def test_verify_all_samples_without_a_sampled_row(monkeypatch):
     """--samples where no row of the table is sampled is a bad input, not an ignored option."""
     for name in registry.names():
@@ -281,6 +283,7 @@ def uncertified():
     yield from register_tiny("tiny-no-certificate", NoCertificateTask())
 
 
+@pytest.mark.slow
 def test_verify_all_with_a_mode_some_rows_lack(uncertified):
     """--mode certify: a construction without a certificate runs in its strongest mode and its row
     says so (the stated fallback of docs/cli.md), never a failure for a missing mode."""

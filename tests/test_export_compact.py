@@ -107,6 +107,7 @@ def test_compact_to_transformer_lens(model, tmp_path: Path):
     assert torch.allclose(logits.double(), ref, rtol=0, atol=1e-5 * scale)
 
 
+@pytest.mark.slow
 def test_compact_load_in_fresh_process(model, tmp_path: Path):
     """The same logits from a compact export loaded in another process."""
     out = save(model, tmp_path / "c", dense=False)

@@ -83,6 +83,7 @@ def test_codes_recorded_as_expected(export):
     assert kinds in (["generator"], ["generator"] + ["view"] * 10 + ["stored"])
 
 
+@pytest.mark.slow
 def test_every_field_is_protected(export):
     """Walk the whole manifest: changing any leaf is refused with a message naming its field."""
     out, text = export

@@ -100,6 +100,7 @@ def test_certificate_agrees_with_every_input(n, k, S):
 
 
 @pytest.mark.parametrize("k", [1, 2, 3])
+@pytest.mark.slow
 def test_five_levels_agree_on_every_equality_pattern(k):
     """Truth, protocol, ideal and fixed-point program, and the weights, on every restricted growth
     string of length 8 (every string over every alphabet, up to renaming: 4140 of them)."""

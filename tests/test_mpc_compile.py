@@ -25,6 +25,7 @@ from exactformer.verify.mpc.check import CheckError, build, check_batches, diffe
 
 
 @pytest.mark.parametrize("branching", [2, 3])
+@pytest.mark.slow
 def test_invariant_on_every_equality_pattern(branching):
     """Every restricted growth string of length 8 (all strings over every alphabet, up to renaming):
     L1, L2 ideal and L2 in the coarsest exact format agree after every round, and with the truth."""

@@ -49,6 +49,7 @@ def mqar_models():
 
 @pytest.mark.parametrize("model", family_models() + mqar_models(), ids=lambda m: f"{m.construction}-{m.task_params['queries']}"
                          f"-{m.task_params.get('variant')}")
+@pytest.mark.slow
 def test_spec_equals_truth_and_certificate_agrees_with_exhaustive(model):
     task = task_of(model)
     spec = task.spec(model)

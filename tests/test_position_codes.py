@@ -189,6 +189,7 @@ def test_onehot_certify_equals_brute_force(n):
     assert code.certify().max_inner == 0 and code.certify(method="gram").max_inner == 0
 
 
+@pytest.mark.slow
 def test_random_family_search_is_certified_and_locally_minimal():
     for n in (64, 1024, 3000):
         code = position_codes(n, Fraction(1, 4), family="random", seed=1)
@@ -308,6 +309,7 @@ def test_seeds():
 # ------------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_gram_kernel_random_matrices():
     rng = np.random.default_rng(2)
     for trial in range(40):

@@ -53,6 +53,7 @@ def splits(T: int, seed: int = 0) -> list[np.ndarray]:
     pytest.param(lambda: random_model(5, n_layers=1, vocab=3, T=5, n_answers=2), id="random, 5 positions (every input)",
                  marks=pytest.mark.slow),
 ])
+@pytest.mark.slow
 def test_thm4_protocol_equals_the_executor_on_every_input(model):
     m = model()
     fmt = parse_format(m.precision or "binary:int=4,frac=2")

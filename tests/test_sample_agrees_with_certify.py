@@ -25,6 +25,7 @@ def proved(request):
 
 
 @pytest.mark.parametrize("seed", [0, 1, 7])
+@pytest.mark.slow
 def test_sample_agrees_with_certify(proved, seed: int):
     r = xf.verify(proved, mode="sample", samples=24, seed=seed)
     assert r.passed, (r.reason, r.counterexample)

@@ -353,6 +353,7 @@ def test_committed_report_is_current(committed):
             assert old["bounds"] == new["bounds"]
 
 
+@pytest.mark.slow
 def test_committed_figure_data_is_current(committed):
     specs = [sz.SIZE_SPECS[s] for s in committed["specs"]]
     fams = sz.figure_families(s.family for s in specs)

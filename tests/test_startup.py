@@ -12,6 +12,8 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 
 def _modules_after(code: str) -> set[str]:
     probe = code + "\nimport json, sys\nprint(json.dumps(sorted(sys.modules)))\n"
@@ -30,6 +32,7 @@ def test_fixed_point_work_never_imports_torch(tmp_path):
     assert "torch" not in mods
 
 
+@pytest.mark.slow
 def test_float_runs_import_torch_when_asked():
     mods = _modules_after(
         "import exactformer as xf\n"
