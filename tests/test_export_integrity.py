@@ -68,7 +68,7 @@ def _expected_name(man, path):
 @pytest.fixture(scope="module", params=["index-lookup-random", pytest.param("dnf-views", marks=pytest.mark.slow)])
 def export(request, tmp_path_factory):
     """A dense export with a certified random code (describe() with a certificate), and one with
-    code views (constant and table) and a stored code (the DNF's type signs)."""
+    code views (constant and table) and a code held as runs (the DNF's type signs)."""
     if request.param == "index-lookup-random":
         m = index_lookup(16, 4, positions="random")
     else:
@@ -80,7 +80,7 @@ def export(request, tmp_path_factory):
 def test_codes_recorded_as_expected(export):
     out, text = export
     kinds = [next(iter(c)) for c in json.loads(text)["codes"]]
-    assert kinds in (["generator"], ["generator"] + ["view"] * 10 + ["stored"])
+    assert kinds in (["generator"], ["generator"] + ["view"] * 10 + ["runs"])
 
 
 @pytest.mark.slow

@@ -304,6 +304,7 @@ def test_family_figures_say_what_they_do_not_show(tmp_path):
     assert "lower bound" not in fig._suptitle.get_text()
 
 
+@pytest.mark.slow
 def test_attention_float_panel_says_why_it_is_paler(tmp_path):
     """The float64 panel names the real softmax's weight on the target where the exact row is
     one-hot; Index Lookup's (0.773 at N = 16, also quoted in docs/sizes.md) meets the readout's
@@ -411,6 +412,7 @@ def test_cli_json(app):
     assert doc == sz.report([sz.SIZE_SPECS["index-lookup"], sz.SIZE_SPECS["equality"]], [16, 64])
 
 
+@pytest.mark.slow
 def test_cli_fresh_process_equals_in_process(app):
     out = subprocess.run([sys.executable, "-m", "exactformer.cli.main", *ARGS, "--json"], capture_output=True,
                          text=True, check=True).stdout
