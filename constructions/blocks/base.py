@@ -81,6 +81,10 @@ class ViewHead(HeadBlock):
     #: True where the certificate derives the logits from code columns (the codes' generators),
     #: so the query and key columns need no views
     reads_codes: ClassVar[bool] = False
+    #: True where the local certificate reads columns that follow a code-held content pointer
+    #: (:class:`~exactformer.constructions.core.views.CodeAxis`) coordinate by coordinate; any other
+    #: head that reads such a column is Unproven
+    reads_code_axis: ClassVar[bool] = False
 
     @abstractmethod
     def certify_head(self, ctx: "CertContext", layer: int, head: int, state: Any, need: np.ndarray) -> list[tuple[Any, Box]]:

@@ -46,10 +46,17 @@ from typing import Any, ClassVar
 import numpy as np
 
 from exactformer.constructions.blocks.base import CertContext, ViewHead, MLPBlock, Unproven
-from exactformer.constructions.blocks.retrieve import RetrieveByPosition, CodeSource, logit_form, retrieval_rows, CodeSide, unit_product
+from exactformer.constructions.blocks.retrieve import (RetrieveByPosition, CodeSource, CodeSide, key_runs, logit_form, retrieval_rows,
+                                                      unit_product)
 from exactformer.constructions.codes.products import CodeWorkError, histograms, pair_inner, same_generator
-from exactformer.constructions.core.views import Box, ContentRule, Group, State, Var, unique_rows
+from exactformer.constructions.codes.weights import CodeAlgebraError, ReedSolomonAlgebra, algebra_of, block_counts
+from exactformer.constructions.core import runs
+from exactformer.constructions.core.views import Box, CodeAxis, ContentRule, Group, State, Var, unique_rows
 from exactformer.constructions.core.views_ops import head_output, value_tables
+
+#: content pointers whose values are a Reed--Solomon∘Hadamard code are held by their code (two
+#: classes) rather than listed per candidate; False lists them (the regression tests compare both)
+CODE_AXIS = True
 
 
 # ------------------------------------------------------------------------------------------------
@@ -253,7 +260,11 @@ class RetrieveByAddress(RetrieveByPosition):
     the query is sigma2(addr(j*)), the keys the positional code C2). Same weights; the local
     certificate reads each query vector from the views (every entry +-s exactly), looks it up among
     the keys' code vectors and bounds the causal row of keys 0..L exactly as RetrieveByPosition does;
-    the output is a pointer variable based on the view variable the query vector depends on."""
+    the output is a pointer variable based on the view variable the query vector depends on. A query
+    held by a content pointer's code (:class:`~exactformer.constructions.core.views.CodeAxis`) is
+    looked up by the code's algebra instead, once for every candidate (:meth:`_query_held`)."""
+
+    reads_code_axis: ClassVar[bool] = True
 
     def view_columns(self, model: Any, head_weights: dict[str, np.ndarray]) -> np.ndarray:
         """The query code (written by an earlier layer) and the values are read from views."""
@@ -277,19 +288,123 @@ class RetrieveByAddress(RetrieveByPosition):
         form = logit_form(ctx, hw, qcols, kcols, where)
         alpha, beta, const, n_dims = form
         gens: list[Any] = []
-        keys = CodeSource(ctx, kcols, "key", gens).keys(ctx.T)
-        kg = np.unique(keys.gen[keys.gen >= 0])
-        if kg.size != 1:
-            raise Unproven(f"{where}: the key slot must hold vectors of one code")
-        kgen = gens[int(kg[0])]
-        lookup = _VectorIndex(kgen, keys.idx[keys.gen >= 0])
+        ksrc = CodeSource(ctx, kcols, "key", gens)
         V = value_tables(ctx, state, hw, where)
         causal = ctx.model.blocks[layer].attn.causal
+        g_of, m_of = state.group_of(np.asarray(need, dtype=np.int64))
+        if np.any(g_of < 0):
+            raise Unproven(f"{where}: no view of position {int(np.asarray(need)[g_of < 0][0])}")
+        views = [state.groups[int(g)].take(np.array([m])) for g, m in zip(g_of, m_of)]
+        held = [G.follows_any(state.col_index(qcols)) for G in views]
+        if not all(held):  # queries listed per class: every key's vector indexed
+            keys = ksrc.keys(ctx.T)
+            kg = np.unique(keys.gen[keys.gen >= 0])
+            if kg.size != 1:
+                raise Unproven(f"{where}: the key slot must hold vectors of one code")
+            kgen = gens[int(kg[0])]
+            lookup = _VectorIndex(kgen, keys.idx[keys.gen >= 0])
         out = []
-        for p in need:
-            out.append(self._query(ctx, state, int(p), qcols, keys, kgen, lookup, gens, alpha, beta, const, n_dims,
-                                   V, causal, where))
+        for p, G, h in zip(need, views, held):
+            if h:
+                out.append(self._query_held(ctx, state, int(p), G, qcols, ksrc, alpha, beta, const, n_dims, V, causal, where))
+            else:
+                out.append(self._query(ctx, state, int(p), qcols, keys, kgen, lookup, gens, alpha, beta, const, n_dims,
+                                       V, causal, where))
         return out
+
+    def _query_held(self, ctx: CertContext, state: State, p: int, G: Group, qcols: np.ndarray, ksrc: CodeSource,
+                    alpha: Any, beta: Any, const: Box, n_dims: int, V: dict, causal: bool, where: str) -> tuple[Group, Box]:
+        """The row at query p whose query code is held by a content pointer J (:class:`CodeAxis`):
+        the query columns must follow the code's coordinates 0..k-1 in order with the exact values
+        -sq / +sq for the entry classes, so the query vector is sq * code(J + offset) for every
+        candidate J; the target is the key holding that vector (the key code's runs, the same
+        generator); every other visible key is an *optional* key of the whole code's weight
+        distribution (the keys' indices lie in an aligned block [0, 2^b), whose histogram from any
+        of its vectors is ``block_counts``) or of the keys without a code vector (inner product 0):
+        a causal prefix holds a sub-multiset of it (docs/positions.md, causal rows). The output is a
+        pointer variable based on J."""
+        arith = ctx.arith
+        if not arith.exact:
+            raise Unproven(f"{where}: a code-held query is certified in fixed-point arithmetic only")
+        held = [i for i, v in enumerate(G.vars) if v.code is not None and v.uid in G.follows]
+        qi = state.col_index(qcols)
+        if len(held) != 1 or any(np.any(f[qi] >= 0) for u, f in G.follows.items() if u != G.vars[held[0]].uid):
+            raise Unproven(f"{where}: the query code at position {p} depends on {len(held)} code-held pointers (one is needed)",
+                           {"positions": [p]})
+        b = held[0]
+        bv = G.vars[b]
+        k = qcols.size
+        if not np.array_equal(G.follows[bv.uid][qi], np.arange(k)):
+            raise Unproven(f"{where}: the query columns at position {p} do not follow the chosen candidate's code "
+                           "coordinate by coordinate", {"positions": [p]})
+        lo = np.moveaxis(np.asarray(G.table.lo)[..., qi], b, 0)
+        hi = np.moveaxis(np.asarray(G.table.hi)[..., qi], b, 0)
+        sq = int(lo[1].reshape(-1)[0]) if lo.size else 0
+        if lo.shape[0] != 2 or not np.array_equal(lo, hi) or sq <= 0 or np.any(lo[0] != -sq) or np.any(lo[1] != sq):
+            raise Unproven(f"{where}: the query code at position {p} is not exactly -s / +s for the code's two entries",
+                           {"positions": [p]})
+        gen, off = bv.code.gen, int(bv.code.offset)
+        try:
+            key_runs_ = key_runs(ksrc.code_runs("pos", ctx.T))
+            algebra = ReedSolomonAlgebra(gen)
+        except (runs.Declined, CodeAlgebraError) as e:
+            raise Unproven(f"{where}: {e}") from e
+        if any(name == "tok" for name, _ in ksrc.blocks) or not key_runs_:
+            raise Unproven(f"{where}: the key slot must hold position code vectors only")
+        if any(not same_generator(r.gen, gen) for r in key_runs_) or any(r.slope != 1 and r.count > 1 for r in key_runs_):
+            raise Unproven(f"{where}: the keys are not runs of the query's code", {"positions": [p]})
+        n_vis = p + 1 if causal else ctx.T
+        spans = sorted((r.start, r.start + r.count, r.first) for r in key_runs_)
+        if any(a1 > b0 for (_, a1, _), (b0, _, _) in zip(spans, spans[1:])):
+            raise Unproven(f"{where}: two key positions hold the same code vector")
+        idx = np.asarray(bv.domain, dtype=np.int64) + off  # the query's vector index for every candidate
+        tg = np.full(idx.size, -1, dtype=np.int64)
+        for s0, s1, first in spans:
+            sel = (idx >= s0) & (idx < s1)
+            tg[sel] = idx[sel] - s0 + first
+        if np.any(tg < 0) or np.any(tg >= n_vis):
+            c = int(bv.domain[np.flatnonzero((tg < 0) | (tg >= n_vis))[0]])
+            raise Unproven(f"{where}: candidate {c}'s code vector is held by no key position visible from {p}",
+                           {"positions": [p, c]})
+        top = max(s1 for _, s1, _ in spans)
+        bits = max(1, int(top - 1).bit_length())
+        m, q = int(gen.m), int(gen.q)
+        try:
+            hist = np.array(block_counts(m, bits), dtype=np.int64)  # agreements a = 0 .. q over [0, 2^bits)
+        except CodeAlgebraError as e:
+            raise Unproven(f"{where}: {e}") from e
+        hist[q] -= 1  # the query's own vector (the target)
+        keyed = sum(min(r.count, max(0, n_vis - r.first)) for r in key_runs_)
+        hist[0] += n_vis - keyed  # visible keys without a code vector: inner product 0
+        P = unit_product(ctx, alpha, beta, sq, ksrc.scale_of(("pos",)), where)
+        logit = arith.code_logits(P, algebra.levels, const, int(gen.k), n_dims)  # [q + 1]
+        opt = hist[None, :]
+        t_lo = np.asarray(logit.lo)[q]
+        if np.any((opt[0] > 0) & ~(np.asarray(logit.hi) < t_lo)):
+            raise Unproven(f"{where}: at position {p} the target's logit is not above every other key's", {"positions": [p]})
+        levels = Box(np.asarray(logit.lo)[None, :], np.asarray(logit.hi)[None, :])
+        w_t, w_l = arith.row_weights(logit[q:q + 1], levels, np.zeros_like(opt), opt)
+        g_t = state.group_of(tg)[0]
+        tgroups = np.unique(g_t)
+        if np.any(tgroups < 0):
+            raise Unproven(f"{where}: a retrieved position has no view", {"positions": [p]})
+        ref = state.groups[int(tgroups[0])]
+        for gi in tgroups:
+            T_g = state.groups[int(gi)]
+            if (len(T_g.vars) != 1 or T_g.vars[0].kind != "tok" or not np.array_equal(T_g.vars[0].domain, ref.vars[0].domain)
+                    or not np.array_equal(T_g.vars[0].cls, ref.vars[0].cls)
+                    or not np.array_equal(V["tables"][gi].lo, V["tables"][tgroups[0]].lo)
+                    or not np.array_equal(V["tables"][gi].hi, V["tables"][tgroups[0]].hi)):
+                raise Unproven(f"{where}: the retrieved positions do not all hold the same kind of value", {"positions": [p]})
+        z = head_output(arith, w_t[0], V["tables"][int(tgroups[0])], w_l[0], opt[0], V["hull"])  # [target classes, dv]
+        shape = (bv.ncls,) + np.shape(z.lo)  # [the pointer's classes (the same row for each), target classes, dv]
+        z = Box(np.broadcast_to(np.asarray(z.lo), shape), np.broadcast_to(np.asarray(z.hi), shape))
+        ptr = Var("ptr", tg[None, :], ref.vars[0].domain, ref.vars[0].cls, base=0)
+        ctx.details.setdefault("heads", []).append({
+            "block": type(self).__name__, "position": p, "row_classes": 1, "query": "held by code",
+            "min_target_weight": str(arith.to_fraction(np.asarray(w_t.lo)[0])),
+            "method": "Reed-Solomon weight distribution (a causal prefix: optional keys)"})
+        return Group(np.array([p]), [bv, ptr], z), z
 
     def _query(self, ctx, state, p, qcols, keys, kgen, lookup, gens, alpha, beta, const, n_dims, V, causal, where):
         arith = ctx.arith
@@ -630,6 +745,35 @@ class _Values:
         e = np.where(self.src_col >= 0, entries, 0)
         return arith.add(arith.mul(Box.point(arith.array(e)), Box.point(self.w)), Box.point(self.b))
 
+    def code_axis(self, C: np.ndarray) -> tuple[CodeAxis, np.ndarray] | None:
+        """The candidates' values held by their code (:class:`CodeAxis`): (axis, coordinate each
+        value dim follows) where every candidate's value vector is vector ``C + offset`` of one
+        Reed--Solomon∘Hadamard +-1 code whose algebra checks (one offset for all: identity code
+        runs, read from the value slot's code blocks); None otherwise (the values are then listed
+        per candidate)."""
+        try:
+            code_runs = self.src.code_runs("pos", self.ctx.T)
+        except runs.Declined:
+            return None
+        offsets = set()
+        covered = np.zeros(C.size, dtype=bool)
+        for r in code_runs:
+            inside = (C >= r.first) & (C < r.first + r.count)
+            if np.any(inside):
+                if r.slope != 1 or not getattr(r.gen, "is_sign_code", False) or not isinstance(algebra_of(r.gen), ReedSolomonAlgebra) \
+                        or not same_generator(r.gen, code_runs[0].gen):
+                    return None
+                offsets.add(r.start - r.first)
+                covered |= inside
+        if len(offsets) != 1 or not np.all(covered):
+            return None
+        coord = np.where(self.src_col >= 0, np.searchsorted(self.slot, np.maximum(self.src_col, 0)), -1)
+        return CodeAxis(code_runs[0].gen, offsets.pop()), coord.astype(np.int64)
+
+    def entry_classes(self) -> Box:
+        """The values [2, dv] where every slot entry is -s (class 0) or +s (class 1)."""
+        return self._apply(np.array([[-self.s] * self.vdims.size, [self.s] * self.vdims.size], dtype=np.int64))
+
     def at(self, positions: np.ndarray) -> Box:
         """Exact values [len(positions), dv] at key positions."""
         gid, idx, _ = self.src._lookup("pos", np.asarray(positions, dtype=np.int64))
@@ -656,18 +800,30 @@ def row_from_levels(arith: Any, upper: list[int], counts: list[int]) -> tuple[Bo
 
 def _output(ctx: CertContext, vals: _Values, L: int, C: np.ndarray, row: tuple, rule: ContentRule, where: str,
             info: dict) -> tuple[Group, Box]:
-    """The head output at query L as a table over a content variable whose domain is the candidates C."""
+    """The head output at query L as a table over a content variable whose domain is the candidates C:
+    held by its code (two classes, each value dim following its code coordinate) where the values
+    are a Reed--Solomon∘Hadamard code of the candidate (:meth:`_Values.code_axis`), else one class
+    per candidate."""
     arith = ctx.arith
     w_t, w_l, cnt = row
-    z = head_output(arith, w_t[0], vals.at(C), w_l[0], cnt[0], vals.hull)  # [|C|, dv]
-    var = Var("content", np.array([L], dtype=np.int64), C.astype(np.int64), np.arange(C.size, dtype=np.int64), content=rule)
+    held = vals.code_axis(C) if CODE_AXIS else None
+    if held is not None:
+        axis, follows = held
+        z = head_output(arith, w_t[0], vals.entry_classes(), w_l[0], cnt[0], vals.hull)  # [2, dv]
+        var = Var("content", np.array([L], dtype=np.int64), C.astype(np.int64), np.arange(2, dtype=np.int64),
+                  content=rule, code=axis)
+        group = Group(np.array([L], dtype=np.int64), [var], z, {var.uid: follows})
+    else:
+        z = head_output(arith, w_t[0], vals.at(C), w_l[0], cnt[0], vals.hull)  # [|C|, dv]
+        var = Var("content", np.array([L], dtype=np.int64), C.astype(np.int64), np.arange(C.size, dtype=np.int64), content=rule)
+        group = Group(np.array([L], dtype=np.int64), [var], z)
     ctx.details.setdefault("heads", []).append({
-        "block": rule.rule, "position": L, "candidates": int(C.size),
+        "block": rule.rule, "position": L, "candidates": int(C.size), "held_by": "code" if held else "candidate",
         "min_target_weight": str(arith.to_fraction(np.asarray(w_t.lo)[0])),
         "max_stray_weight": str(sum(Fraction(arith.to_fraction(np.asarray(w_l.hi)[0, i])) * int(c)
                                     for i, c in enumerate(cnt[0]))),
         "relative_bounds": [str(Fraction(int(u)) * Fraction(arith.to_fraction(np.array(1)))) for u in info["upper"]]})
-    return Group(np.array([L], dtype=np.int64), [var], z), z
+    return group, z
 
 
 class _VectorIndex:

@@ -359,7 +359,11 @@ class NearestLabel:
             if i not in (ci, pi) and np.any(np.ptp(answer, axis=i) != 0):
                 raise Unproven(f"at position {q} the answer depends on more than the chosen label")
         got = np.moveaxis(answer, [ci, pi], [0, 1]).reshape(answer.shape[ci], answer.shape[pi], -1)[..., 0]
-        got = got[cv.cls][:, pv.cls]  # [candidates, label tokens]
+        if cv.code is not None:  # held by its code: its classes are code entries, not candidates
+            if np.any(got != got[:1]):
+                raise Unproven(f"at position {q} the answer depends on the chosen candidate's code, not only on its label")
+            got = np.broadcast_to(got[:1], (cv.domain.size, got.shape[1]))
+        got = got[:, pv.cls] if cv.code is not None else got[cv.cls][:, pv.cls]  # [candidates, label tokens]
         exp = self.answer_of[pv.domain][None, :]
         if np.any(got != exp):
             c, s = np.argwhere(got != exp)[0]

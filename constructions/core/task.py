@@ -135,7 +135,8 @@ def format_count(count: int | float | PowerCount, n: int | None = None) -> str:
     :func:`~exactformer.constructions.mpc.applications.count_rgs` above 2^1000 -- or inputs that no finite
     family enumerates, as the grid vectors of nearest neighbour) is ``too many to count``. Never a
     number with more digits than that (Python refuses to print ints above 4300 digits). A
-    :class:`PowerCount` too large to multiply out is ``b^e*m`` as it is held."""
+    :class:`PowerCount` too large to multiply out is ``b^e*m`` as it is held; an int of more than
+    :data:`EXACT_BITS` bits is tried as ``2^e*m`` only."""
     if isinstance(count, PowerCount):
         if not count.small():
             return repr(count)
@@ -147,6 +148,10 @@ def format_count(count: int | float | PowerCount, n: int | None = None) -> str:
     small = 10**EXACT_DIGITS
     if count < small:
         return str(count)
+    if count.bit_length() > EXACT_BITS:  # a multiplied-out count (MQAR's permutations): the power
+        e = (count & -count).bit_length() - 1  # forms below cost seconds of big divisions; base 2 only
+        rest = count >> e
+        return f"2^{e}" + (f"*{rest}" if rest > 1 else "") if rest < small else f"about 2^{math.log2(count):.1f}"
     if n is not None and n >= 2:
         b = _nth_root(count, n)
         if b >= 2 and count % b**n == 0 and count // b**n < small:

@@ -16,7 +16,10 @@ position it still needs, a *view*: the tracked residual columns as boxes (see
   nearest neighbour of the query's vector, or the position holding the query's symbol); its domain
   is the candidate positions and its meaning (:class:`ContentRule`) says which rule chooses, under
   which precondition of the task. A ``ptr`` variable may be based on it (the token at the position
-  the content pointer chooses: the label next to the nearest neighbour).
+  the content pointer chooses: the label next to the nearest neighbour). A content pointer may be
+  held *by its code* (:class:`CodeAxis`): its table axis then has two classes, the two entries of a
+  +-1 code, and each table column says which coordinate of the chosen candidate's code vector it
+  follows (``Group.follows``) -- the address path of Theorem 7 in space that does not grow with N.
 
 Every variable has a finite domain (token ids, or counts) and a class map ``cls`` from domain index
 to table index: values that behave identically share a table entry. A :class:`Group` is a set of
@@ -84,6 +87,20 @@ class ContentRule:
     max_norm_sq: Any = None
 
 
+@dataclass(frozen=True)
+class CodeAxis:
+    """A content pointer J held by the code vector it selects: candidate J carries vector
+    ``J + offset`` of the +-1 code ``gen`` (read from the model's code blocks). The variable's table
+    axis has two classes, entry -1 (class 0) and +1 (class 1); a table column that *follows*
+    coordinate i (``Group.follows[uid][column] == i``) has, at class b, the value it takes for every
+    J whose vector has entry class b at coordinate i; a column that follows -1 does not depend on J.
+    Only operations that keep each column a function of at most one coordinate may read such a
+    table (:func:`follows_through`)."""
+
+    gen: Any
+    offset: int
+
+
 @dataclass
 class Var:
     """An input variable (see the module docstring)."""
@@ -97,6 +114,7 @@ class Var:
     uid: int = field(default_factory=lambda: next(_UIDS))  # identity of ptr / count / match variables
     match: MatchCount | None = None
     content: ContentRule | None = None  # content: the rule that chooses the position
+    code: CodeAxis | None = None  # content: held by its code (two classes: the code's entries)
 
     @property
     def ncls(self) -> int:
@@ -114,9 +132,14 @@ class Group:
     pos: np.ndarray  # [P] member positions
     vars: list[Var]
     table: Box  # [*ncls per var, C]
+    follows: dict[int, np.ndarray] = field(default_factory=dict)  # uid of a CodeAxis variable -> [C] coordinate
 
     def take(self, members: np.ndarray) -> "Group":
-        return Group(self.pos[members], [v.take(members) for v in self.vars], self.table)
+        return Group(self.pos[members], [v.take(members) for v in self.vars], self.table, self.follows)
+
+    def follows_any(self, columns: np.ndarray) -> bool:
+        """Whether any of the table's ``columns`` (indices) depends on a code-held variable."""
+        return any(np.any(f[columns] >= 0) for f in self.follows.values())
 
     @property
     def axes(self) -> int:

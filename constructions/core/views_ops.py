@@ -32,6 +32,8 @@ def value_tables(ctx: CertContext, state: State, hw: dict, where: str) -> dict[s
         raise Unproven(f"{where}: the values read column(s) {untracked[:4].tolist()}, which no view tracks "
                        "(code columns may be read only by queries and keys)")
     ci = state.col_index(rows)
+    if any(isinstance(g, Group) and g.follows_any(ci) for g in state.groups):  # run segments hold no code-held pointer
+        raise Unproven(f"{where}: the values read a column that follows a code-held content pointer")
     W = hw["W_V"][np.ix_(rows, vdims)]
     b = hw["b_V"][vdims]
     tables = [arith.affine(g.table[..., ci], W, b) for g in state.groups]

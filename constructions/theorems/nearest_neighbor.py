@@ -46,7 +46,7 @@ from exactformer.constructions.blocks.mlp import BitThreshold
 from exactformer.constructions.blocks.readout import SymbolReadout
 from exactformer.constructions.blocks.retrieve import RetrieveByPosition
 from exactformer.constructions.core.ir import CompiledModel, ExactTensor, Inputs, Param, VectorInput
-from exactformer.constructions.codes.positions import OneHotCode, ReedSolomonCode, CodeView
+from exactformer.constructions.codes.positions import OneHotCode, ReedSolomonCode
 from exactformer.constructions.design.precision_search import fewest_bits, smallest_grid_eta, smallest_works
 from exactformer.constructions.core.registry import Claim, SizeRows, construction
 from exactformer.constructions.core.spec import NearestLabel
@@ -462,10 +462,12 @@ def address_tail(mb: ModelBuilder, query: str, key: str, values: str, eta2: Frac
 
 
 def address_codes(mb: ModelBuilder, code2: Any, T: int, key: str) -> None:
-    """Positional codes of the address path: ``key`` = sigma2(t), A = sigma2(addr(t)), addr(t) = t | 1
-    (the label position of t's pair)."""
+    """Positional codes of the address path: ``key`` = sigma2(t), A = sigma2(t + 1): at an input
+    position t (even) the address of its pair's label t + 1 (the paper's addr(t)); at a label
+    position the next vector, never a target. Both are runs of the generator (no index table), so
+    a certificate can hold a candidate's address by its code (docs/positions.md)."""
     mb.position_code(key, 0, T, code2)
-    mb.position_code("A", 0, T, CodeView(code2, "table", np.arange(T, dtype=np.int64) | 1))
+    mb.position_code("A", 0, T, code2, code_start=1)
 
 
 def value_scale(code2: Any) -> int:

@@ -49,8 +49,8 @@ from exactformer.constructions.core.views_ops import join_views
 from exactformer.precision import Format, float_format
 from exactformer.precision.boxes import arithmetic as make_arithmetic
 from exactformer.verify.certify import pointer, runs
-from exactformer.verify.certify.layers import (LayerWeights, computes_all, layer_image, owners, readout_table,
-                                               tracked_columns, weight, writes, written_before)
+from exactformer.verify.certify.layers import (LayerWeights, computes_all, follows_through, layer_image, owners,
+                                               readout_table, tracked_columns, weight, writes, written_before)
 
 CANDIDATES = 2048  # inputs the counterexample search runs when a proof step fails
 SEARCH_MAX_TOKENS = 1 << 20  # longer inputs are not run by the search (a failed proof stays "unproven")
@@ -177,6 +177,12 @@ def _prove(model: CompiledModel, fmt: Format, task: Any, device: str, details: d
 def _layer(ctx: CertContext, li: int, owners_: dict[int, Any], state: State, need: np.ndarray) -> State:
     heads = []  # (head index, its output views)
     for h, block in sorted(owners_.items()):
+        if not block.reads_code_axis:
+            read = state.col_index(np.intersect1d(np.flatnonzero(block.view_columns(ctx.model, ctx.head_weights(li, h))),
+                                                  state.cols))
+            if any(g.follows_any(read) for g in state.groups):
+                raise Unproven(f"blocks.{li}.attn head {h}: {type(block).__name__} reads a column that follows a "
+                               "code-held content pointer")
         heads.append((h, block.certify_head(ctx, li, h, state, need)))
     # the residual's views at the needed positions
     g_of, m_of = state.group_of(need)
@@ -184,17 +190,36 @@ def _layer(ctx: CertContext, li: int, owners_: dict[int, Any], state: State, nee
     for g in np.unique(g_of):
         sel = g_of == g
         G = state.groups[g]
-        residual.append(Group(need[sel], [v.take(m_of[sel]) for v in G.vars], G.table))
+        residual.append(Group(need[sel], [v.take(m_of[sel]) for v in G.vars], G.table, G.follows))
     # join: residual + every head, position by position
     parts_by_pos = _align(need, residual, [out for _, out in heads])
     lw = LayerWeights.of(ctx.W, li, [h for h, _ in heads], state.cols, state.col_index)
     new_groups = []
     for parts in parts_by_pos:
         for group, tables in join_views(parts):
-            new_groups.append(Group(group.pos, group.vars, layer_image(ctx.arith, tables, lw)))
+            follows = _follows(ctx, parts, lw)
+            new_groups.append(Group(group.pos, group.vars, layer_image(ctx.arith, tables, lw), follows))
     if li == len(ctx.model.blocks) - 1:  # the readout reads the answer positions only
         return State(new_groups, state.cols, state.info)
     return State(new_groups + _not_computed(ctx, li, state, need), state.cols, state.info)
+
+
+def _follows(ctx: CertContext, parts: list[tuple[Group, Box]], lw: LayerWeights) -> dict[int, np.ndarray]:
+    """The coordinates the layer's output columns follow, per code-held pointer of the parts
+    (:func:`~exactformer.verify.certify.layers.follows_through`)."""
+    uids = {u for g, _ in parts for u in g.follows}
+    if not uids:
+        return {}
+    if not ctx.arith.exact:
+        raise Unproven("a code-held content pointer is certified in fixed-point arithmetic only")
+    out = {}
+    for u in sorted(uids):
+        own = [g.follows.get(u, np.full(np.shape(t.lo)[-1], -1, dtype=np.int64)) for g, t in parts]
+        heads = np.concatenate(own[1:]) if len(own) > 1 else np.zeros(0, dtype=np.int64)
+        f = follows_through(lw, own[0], heads)
+        if np.any(f >= 0):
+            out[u] = f
+    return out
 
 
 def _not_computed(ctx: CertContext, li: int, state: State, need: np.ndarray) -> list[Group]:
@@ -210,7 +235,7 @@ def _not_computed(ctx: CertContext, li: int, state: State, need: np.ndarray) -> 
             continue
         lo = np.where(wide, arith.min_raw, np.asarray(g.table.lo)).astype(np.asarray(g.table.lo).dtype)
         hi = np.where(wide, arith.max_raw, np.asarray(g.table.hi)).astype(np.asarray(g.table.hi).dtype)
-        out.append(Group(g.pos[members], [v.take(members) for v in g.vars], Box(lo, hi)))
+        out.append(Group(g.pos[members], [v.take(members) for v in g.vars], Box(lo, hi), g.follows))
     return out
 
 
@@ -236,7 +261,7 @@ def _align(need: np.ndarray, residual: list[Group], heads: list[list[tuple[Group
             g, t = groups[ukey[k, col]]
             members = np.searchsorted(g.pos, positions) if np.all(np.diff(g.pos) > 0) else \
                 np.array([int(np.flatnonzero(g.pos == p)[0]) for p in positions])
-            parts.append((Group(positions, [v.take(members) for v in g.vars], t), t))
+            parts.append((Group(positions, [v.take(members) for v in g.vars], t, g.follows), t))
         result.append(parts)
     return result
 
@@ -248,6 +273,9 @@ def _readout(ctx: CertContext, state: State, task: Any) -> Fraction:
     spec = task.spec(model)
     margin = None
     for g in state.groups:
+        if g.follows_any(ci):
+            raise Unproven(f"at position {int(g.pos[0])} the unembedding reads a column that follows a code-held content "
+                           "pointer", {"positions": [int(g.pos[0])]})
         best, mn = readout_table(arith, g.table[..., ci], W["unembed.W_U"][rows], W["unembed.b_U"], int(g.pos[0]))
         margin = mn if margin is None else min(margin, mn)
         spec.check(g, best, ctx.domains)

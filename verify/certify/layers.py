@@ -179,6 +179,38 @@ def layer_image(arith: Any, tables: list[Box], lw: LayerWeights) -> Box:
     return out
 
 
+def follows_through(lw: LayerWeights, residual: np.ndarray, heads: np.ndarray) -> np.ndarray:
+    """The code coordinate each output column of :func:`layer_image` follows (-1: none), given the
+    coordinates the residual's columns [C] and the heads' value dims [dv, concatenated] follow
+    (:class:`~exactformer.constructions.core.views.CodeAxis`), read from the weights' nonzero
+    pattern: x = residual + W_O z, each MLP unit reads x through W_in, the output adds W_out's
+    units. A column that would follow two coordinates is Unproven: the table then holds its value
+    only for candidates whose two entries share a class. Where each output column reads at most
+    one coordinate (a zero weight adds exactly 0 in fixed point), evaluating the layer on the
+    table's two classes (every following input at the same class) gives each column's value for
+    every candidate with that entry at its coordinate."""
+    def combine(src: np.ndarray, M: np.ndarray, own: np.ndarray | None) -> np.ndarray:
+        """Per column of M [R, C]: the one coordinate among ``src`` [R] of its nonzero rows (and
+        ``own`` [C]), -1 for none, -2 for two or more."""
+        nz = (M != 0) & (src[:, None] != -1)
+        big = np.iinfo(np.int64).max
+        lo = np.where(nz, src[:, None], big).min(axis=0, initial=big)
+        hi = np.where(nz, src[:, None], -1).max(axis=0, initial=-1)
+        if own is not None:
+            lo = np.minimum(lo, np.where(own != -1, own, big))
+            hi = np.maximum(hi, own)
+        out = np.where(hi == -1, -1, hi)
+        return np.where((lo < 0) | ((lo != big) & (lo != hi)), -2, out).astype(np.int64)
+
+    x = residual.astype(np.int64) if lw.W_heads is None else combine(heads, lw.W_heads, residual)
+    units = combine(x[lw.ci], lw.W_in, None)
+    out = combine(units, lw.W_out, x)
+    if np.any(out == -2):
+        raise Unproven(f"a column of the layer's output depends on two coordinates of a code-held pointer "
+                       f"(column index {int(np.flatnonzero(out == -2)[0])})")
+    return out
+
+
 def check_numbers(box: Box, what: str, hint: dict | None = None) -> None:
     """Unproven where a bound is NaN (inf - inf or inf * 0 upstream: an unbounded value): a NaN
     compares false with everything, so no later step may read it as a bound."""
