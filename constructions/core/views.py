@@ -256,25 +256,33 @@ def new_cls_of(values: np.ndarray) -> np.ndarray:
 
 
 def initial_groups(arith: Arithmetic, E_rows, P_rows, domains: Any, positions: np.ndarray,
-                   cols: np.ndarray) -> list[Group]:
+                   cols: np.ndarray, pos_cols: np.ndarray | None = None, tok_cols: np.ndarray | None = None) -> list[Group]:
     """Views at ``positions`` right after the embedding: each position depends on its own token.
 
     ``E_rows(ids, cols)`` / ``P_rows(positions, cols)``: exact values (the arithmetic's
     representation) of token / positional embedding rows on ``cols``; ``domains``: the token ids
     allowed at each position (:class:`~exactformer.constructions.core.task.Domains`). Positions with the same domain and the same positional row share a group;
-    within it tokens with the same embedding row share a class."""
+    within it tokens with the same embedding row share a class. ``pos_cols`` / ``tok_cols`` (bool
+    [len(cols)]): the columns where the positional / token embedding may be nonzero (default all);
+    the others are 0 and are not read per position or token (arrays of zeros of 2^21 positions or
+    2^20 tokens by hundreds of columns at N = 2^20)."""
     groups: list[Group] = []
-    P = np.asarray(P_rows(positions, cols))
+    pos_cols = np.ones(cols.size, dtype=bool) if pos_cols is None else np.asarray(pos_cols, dtype=bool)
+    tok_cols = np.ones(cols.size, dtype=bool) if tok_cols is None else np.asarray(tok_cols, dtype=bool)
+    P_nz = np.asarray(P_rows(positions, cols[pos_cols]))  # [positions, nonzero columns]
     merged = {d: np.flatnonzero(domains.of[positions] == d) for d in np.unique(domains.of[positions])}
     for d, members in merged.items():
         dom = np.asarray(domains.values[int(d)])
-        E = np.asarray(E_rows(dom, cols))  # [|dom|, C]
-        ucls, cls = unique_rows(E)
-        Pm = P[members]
-        urows, rinv = unique_rows(Pm)
+        E_nz = np.asarray(E_rows(dom, cols[tok_cols]))  # [|dom|, nonzero columns]
+        u_nz, cls = unique_rows(E_nz)
+        ucls = np.zeros((u_nz.shape[0], cols.size), dtype=u_nz.dtype)
+        ucls[:, tok_cols] = u_nz
+        urows, rinv = unique_rows(P_nz[members])
         for r in range(urows.shape[0]):
             mem = members[rinv.reshape(-1) == r]
-            tab = arith.add(Box.point(ucls), Box.point(np.broadcast_to(urows[r], ucls.shape).copy()))
+            prow = np.zeros(cols.size, dtype=np.result_type(ucls.dtype, urows.dtype))
+            prow[pos_cols] = urows[r]
+            tab = arith.add(Box.point(ucls), Box.point(np.broadcast_to(prow, ucls.shape).copy()))
             var = Var("tok", positions[mem].astype(np.int64), dom.astype(np.int64), cls.astype(np.int64))
             groups.append(Group(positions[mem].astype(np.int64), [var], tab))
     return groups

@@ -47,7 +47,7 @@ from exactformer.constructions.design.precision_search import (FLOAT_ARITHMETICS
                                                          float_arithmetic, smallest_grid_eta, smallest_works)
 from exactformer.constructions.core.registry import Claim, SizeRows, construction
 from exactformer.constructions.core.spec import NearestLabel
-from exactformer.constructions.core.task import Batch, Domains, Task
+from exactformer.constructions.core.task import ArrangementCount, Batch, Domains, Task, arrangement_count
 from exactformer.precision import Format, parse_format
 from exactformer.precision.boxes import FixedArithmetic
 
@@ -179,10 +179,9 @@ class MQARTask(Task):
         return np.asarray(ss, dtype=np.int64).reshape(-1, n), np.asarray(ys, dtype=np.int64).reshape(-1, n - 1)
 
     # ---- inputs ---------------------------------------------------------------------------------
-    def count(self, model: CompiledModel) -> int:
+    def count(self, model: CompiledModel) -> int | ArrangementCount:
         n, S, L = model.n, self.alphabet(model), len(model.answers)
-        half = n // 2
-        return math.perm(S, half) * math.factorial(half) * L ** (n - 1)
+        return arrangement_count(L, n - 1, S, n // 2)
 
     def exhaustive(self, model: CompiledModel, batch: int = 4096) -> Iterator[Batch]:
         """Every injective first half (lexicographic), every permutation as the second half, every

@@ -164,7 +164,8 @@ def _prove(model: CompiledModel, fmt: Format, task: Any, device: str, details: d
         raise Unproven("a view would hold input-vector columns; only blocks that bound the vectors themselves "
                        "(through the task's precondition) may read them")
     E, P = model.embed.raw_reader(read_fmt), model.pos_embed.raw_reader(read_fmt)
-    state = State(initial_groups(arith, E, P, domains, np.arange(T), tracked), tracked)
+    state = State(initial_groups(arith, E, P, domains, np.arange(T), tracked, model.pos_embed.nonzero_columns()[tracked],
+                                 model.embed.nonzero_columns()[tracked]), tracked)
     nL = len(model.blocks)
     needs = [np.arange(T) if full else answer_pos for full in computes_all(W, written, nL)]
     for li in range(nL):
