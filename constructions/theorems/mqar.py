@@ -14,7 +14,8 @@ Two builds (docs/nearest-neighbor.md):
   in the first half)::
 
       slots: X (k_Sigma) | Y (m) | FX | P2 (k2) | A (k2) | R (k2) | S (k2) | Z (m) | B (m)
-      token s: X = sigma(s);  token y_v: Y = bits(v), FX = 1;  second-half input positions: FX = 1
+      token s: X = sigma(s);  token y_v: Y = bits(v), FX = 1;  positions N .. 2N - 2: FX += 1 (one run)
+      (so FX = 0 on first-half inputs, 1 on first-half labels and second-half inputs, 2 on second-half labels)
       layer 0: RetrieveByMatch: logit = eta1 <C(s_L), C(s_t)> - eta1 c_label FX_t (all exact), value A
       layer 1: as nearest neighbour (RetrieveByAddress, BitThreshold, SymbolReadout)
 
@@ -46,6 +47,7 @@ from exactformer.constructions.theorems.nearest_neighbor import (MAX_N, QUERIES,
 from exactformer.constructions.design.precision_search import (FLOAT_ARITHMETICS, designed_for, fewest_bits,
                                                          float_arithmetic, smallest_grid_eta, smallest_works)
 from exactformer.constructions.core.registry import Claim, SizeRows, construction
+from exactformer.constructions.core.runs import RunConstantCode
 from exactformer.constructions.core.spec import NearestLabel
 from exactformer.constructions.core.task import ArrangementCount, Batch, Domains, Task, arrangement_count
 from exactformer.precision import Format, parse_format
@@ -68,14 +70,24 @@ def hypercube_dim(alphabet: int) -> int:
     return D
 
 
+def second_half_flag(count: int) -> RunConstantCode:
+    """The positional part of the lean build's flag FX: ``count`` vectors of width 1, all [1] (one
+    run), placed on positions N .. T - 1, the second half; the rows below N are not covered (0)."""
+    return RunConstantCode(np.zeros(1, dtype=np.int64), np.ones((1, 1), dtype=np.int8), count)
+
+
 def lean_holds(fmt: Format, eta1: Fraction, code: Any, n: int) -> Fraction | None:
     """The lean first layer's sufficient condition for the longest prefix: the target at eta1, N/2 - 1
     other first-half symbols at eta1 mu, the N/2 second-half inputs at most eta1 (1 - c_label) with
-    c_label = 1, the N - 1 labels at -eta1 c_label; the rounded row >= 3/4 on the target, <= 1/4
-    elsewhere. Returns the label bias eta1 c_label (a grid value) or None."""
+    c_label = 1, the N - 1 labels at -eta1 c_label or below (the N/2 - 1 second-half labels carry
+    FX = 2 and sit at -2 eta1 c_label: bounded by -eta1 c_label, the rounded row being monotone in
+    every logit); the rounded row >= 3/4 on the target, <= 1/4 elsewhere. The flag's largest value 2
+    and the logit range 3 eta1 must be representable. Returns the label bias eta1 c_label (a grid
+    value) or None."""
     lo, hi, s = code_range(code)
     gram = Fraction(code.gram_scale)
-    if not (fmt.represents(eta1 * gram) and fmt.represents(eta1) and 3 * eta1 <= Fraction(fmt.max_value)):
+    if not (fmt.represents(eta1 * gram) and fmt.represents(eta1) and fmt.represents(Fraction(2))
+            and 3 * eta1 <= Fraction(fmt.max_value)):
         return None
     arith = FixedArithmetic(fmt)
     S = int(fmt.scale)
@@ -372,8 +384,9 @@ def _lean(n: int, S: int, L: int, queries: str, eta1: Fraction | None, eta2: Fra
     mb.token_code("X", 0, S, code)
     mb.token_rows(range(S, S + L), "Y", np.array([[(v >> j) & 1 for j in range(m_y)] for v in range(L)], dtype=np.int64))
     mb.token_rows(range(S, S + L), "FX", np.ones((L, 1), dtype=np.int64))
-    second = np.arange(n, T, 2)  # input positions of the second half
-    mb.position_rows(second, "FX", np.ones((second.size, 1), dtype=np.int64))
+    # FX = 1 on the second half [n, T) as one run (no dense positional rows): its input positions get
+    # FX = 1, its labels FX = 1 + 1 = 2 (their logit -2 eta1, further below the target; docs/nearest-neighbor.md)
+    mb.position_code("FX", n, T - n, second_half_flag(T - n))
     address_codes(mb, code2, T, "P2")
     RetrieveByMatch("X", "FX", "A", "R", e1, Fraction(1), gram, value_scale(code2)).emit(mb, 0)
     address_mlp(mb, code2)
