@@ -14,15 +14,12 @@ average before and after. Cases:
   certifies in the format, float64 and float32 for the manifest), then ``xf.load`` and certify
   from the files, with the files' bytes; ``files30dense``: the same with the default dense form;
 * ``sample24``: ``verify --mode sample`` of Index Lookup at N = 2^24 (2 inputs), inputs per second;
-* ``mqar14``: MQAR (lean, queries="last") at N = 2^14, built + certified with ``xf.verify`` (the view
-  certificate: the run certificate declines its causal layers), with ``count_s`` (the input count
-  written short, which ``xf.verify`` computes before the proof) and ``proof_s`` (the report's own
-  seconds: the proof alone); ``nn14``: nearest neighbour at N = 2^14 the same way (views: it reads
-  input vectors);
-* ``mqar16`` / ``mqar20`` / ``nn16``: the same models at N = 2^16 / 2^20, built, then the
-  certificate called directly (``proof_s``): there ``xf.verify`` would first write out an input
-  count of hundreds of thousands of digits (MQAR), which takes minutes. ``mqar20`` fails in the
-  build today (a dense positional table of 34 GiB; docs/benchmarks.md).
+* ``mqar14`` / ``mqar16`` / ``mqar18`` / ``mqar20``: MQAR (lean, queries="last") at N = 2^14 .. 2^20,
+  built + certified with ``xf.verify`` (the view certificate with the address path held by its
+  code: the run certificate declines the causal layers), with ``count_s`` (the input count written
+  short, which ``xf.verify`` computes before the proof) and ``proof_s`` (the report's own seconds:
+  the proof alone); ``nn14`` / ``nn16`` / ``nn18``: nearest neighbour the same way (it reads input
+  vectors; its count is "too many to count").
 
     python benchmarks/bench_scale.py [--repeats 3] [--cases il24,il30,...] [--json out.json]
 """
@@ -42,8 +39,7 @@ CHILD = r'''
 import json, os, resource, shutil, sys, time
 import exactformer as xf
 case, tmp = sys.argv[1], sys.argv[2]
-DIRECT = {"mqar16", "mqar20", "nn16"}
-COUNTED = {"mqar14", "nn14"}
+COUNTED = {"mqar14", "mqar16", "mqar18", "mqar20", "nn14", "nn16", "nn18"}
 out = {}
 def rss_mb():
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
@@ -53,8 +49,9 @@ name, n = {"il24": ("index-lookup", 1 << 24), "il30": ("index-lookup", 1 << 30),
            "ineq30": ("inequality", 1 << 30), "disj22": ("disjointness", 1 << 22), "disj30": ("disjointness", 1 << 30),
            "files30": ("index-lookup", 1 << 30), "files30disj": ("disjointness", 1 << 30),
            "files30dense": ("index-lookup", 1 << 30), "sample24": ("index-lookup", 1 << 24),
-           "mqar14": ("mqar", 1 << 14), "mqar16": ("mqar", 1 << 16), "mqar20": ("mqar", 1 << 20),
-           "nn14": ("nearest-neighbor", 1 << 14), "nn16": ("nearest-neighbor", 1 << 16)}[case]
+           "mqar14": ("mqar", 1 << 14), "mqar16": ("mqar", 1 << 16), "mqar18": ("mqar", 1 << 18), "mqar20": ("mqar", 1 << 20),
+           "nn14": ("nearest-neighbor", 1 << 14), "nn16": ("nearest-neighbor", 1 << 16),
+           "nn18": ("nearest-neighbor", 1 << 18)}[case]
 m = timed("build_s", lambda: xf.build(name, n=n))
 if case.startswith("files"):
     d = os.path.join(tmp, case)
@@ -65,13 +62,6 @@ if case.startswith("files"):
 if case == "sample24":
     r = timed("sample_s", lambda: xf.verify(m, mode="sample", samples=2, seed=0))
     out["inputs_per_s"] = 2 / out["sample_s"]
-elif case in DIRECT:  # the certificate alone: xf.verify would first write out the input count
-    from exactformer.constructions.core import registry
-    from exactformer.precision import parse_format
-    from exactformer.verify.certify.composed import certify
-    c = m.compiled
-    r = timed("proof_s", lambda: certify(c, parse_format(c.precision), registry.task_of(c)))
-    out["engine"] = r.details.get("engine")
 else:
     if case in COUNTED:  # what xf.verify spends before the proof: the input count, written short
         from exactformer.constructions.core import registry
@@ -81,6 +71,7 @@ else:
     r = timed("certify_s", lambda: xf.verify(m, mode="certify"))
     out["proof_s"] = r.seconds  # the report's own time: the proof, without the input count
     out["engine"] = r.details.get("engine")
+    out["held"] = [h.get("held_by") or h.get("query") for h in r.details.get("heads", []) if h.get("held_by") or h.get("query")]
 out["passed"] = bool(r.passed)
 out["reason"] = r.reason[:200]
 out["peak_rss_mb"] = rss_mb()
@@ -88,7 +79,7 @@ print("RESULT " + json.dumps(out))
 '''
 
 CASES = ("il24", "il30", "eq30", "ineq30", "disj22", "disj30", "files30", "files30disj", "files30dense", "sample24",
-         "mqar14", "mqar16", "mqar20", "nn14", "nn16")
+         "mqar14", "mqar16", "mqar18", "mqar20", "nn14", "nn16", "nn18")
 
 
 def run_case(case: str, tmp: str, timeout: float) -> dict:
@@ -121,7 +112,7 @@ def main() -> None:
                 row[key] = round(statistics.median(r[key] for r in ok if key in r), 3)
             if ok:
                 row["peak_rss_mb"] = round(max(r["peak_rss_mb"] for r in ok), 1)
-                row.update({k: ok[0][k] for k in ("passed", "engine", "reason", "files_bytes") if k in ok[0]})
+                row.update({k: ok[0][k] for k in ("passed", "engine", "reason", "files_bytes", "held") if k in ok[0]})
             results["cases"][case] = row
             print(case, json.dumps(row), flush=True)
     results["load_after"] = os.getloadavg()

@@ -145,3 +145,25 @@ def test_held_certificate_in_a_fresh_process_from_saved_files(tmp_path):
             "print(r.passed, [h.get('held_by') or h.get('query') for h in r.details['heads']])" % str(tmp_path / "m"))
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.stdout.strip() == "True ['code', 'held by code']", out.stderr
+
+
+@pytest.mark.parametrize("n, mu", [(64, Fraction(1, 4)), (200, Fraction(1, 4)), (1000, Fraction(1, 8))])
+def test_best_other_symbol_level_from_the_algebra_bounds_the_generator(n, mu):
+    """The content half's rows (MQAR's symbol code): the largest inner product with another key
+    vector, from the code's algebra, is never below the generator's histograms and equals them
+    here (small sub-blocks are counted exactly); keys that do not hold every query: None."""
+    from exactformer.constructions.blocks.content import best_other_level
+    from exactformer.constructions.codes.products import histograms, pair_inner
+    gen = ReedSolomonCode.for_max_inner(n, mu)
+    rng = np.random.default_rng(n)
+    for a, b in [(0, n), (n - 1, n)] + [tuple(sorted(rng.choice(n + 1, size=2, replace=False))) for _ in range(12)]:
+        kj = np.arange(a, b)
+        iq = np.sort(rng.choice(kj, size=min(kj.size, 7), replace=False))
+        got = best_other_level(gen, iq, kj)
+        lv, hist = histograms(gen, iq, gen, kj)
+        hist = hist.copy()
+        hist[np.arange(iq.size), np.searchsorted(lv, pair_inner(gen, iq, gen, iq))] -= 1
+        want = np.where(hist > 0, lv[None, :], np.iinfo(np.int64).min).max(axis=1)
+        assert got is not None and np.array_equal(got, want), (a, b)
+    assert best_other_level(gen, np.array([0]), np.array([1, 2])) is None  # the query's own vector is no key
+    assert best_other_level(gen, np.array([1]), np.array([0, 1, 3])) is None  # not one range

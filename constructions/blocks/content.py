@@ -663,17 +663,19 @@ class _Form:
             kj = ik[sel & coded]
             if kj.size == 0:
                 continue
-            try:
-                lv, hist = histograms(gen, iq, gen, kj, self.ctx.device)
-            except CodeWorkError as e:
-                raise Unproven(f"{self.where}: {e}") from e
             own_here = np.isin(S_tok, toks[sel & coded])
-            self_I = pair_inner(gen, iq, gen, iq)
-            at = np.searchsorted(lv, self_I)
-            hist = hist.copy()
-            rows = np.flatnonzero(own_here & (at < lv.size))
-            hist[rows, at[rows]] -= 1  # the key holding s itself is not an "other" key
-            best = np.where(hist > 0, lv[None, :], np.iinfo(np.int64).min).max(axis=1)
+            best = best_other_level(gen, iq, kj) if np.all(own_here) else None
+            if best is None:
+                try:
+                    lv, hist = histograms(gen, iq, gen, kj, self.ctx.device)
+                except CodeWorkError as e:
+                    raise Unproven(f"{self.where}: {e}") from e
+                self_I = pair_inner(gen, iq, gen, iq)
+                at = np.searchsorted(lv, self_I)
+                hist = hist.copy()
+                rows = np.flatnonzero(own_here & (at < lv.size))
+                hist[rows, at[rows]] -= 1  # the key holding s itself is not an "other" key
+                best = np.where(hist > 0, lv[None, :], np.iinfo(np.int64).min).max(axis=1)
             val = np.asarray(arith.saturate(P * best.astype(object) + int(f)))
             other = np.maximum(other, np.where(best == np.iinfo(np.int64).min, arith.min_raw - 1, val))
         allowed = np.isin(S_tok, toks)
@@ -684,6 +686,31 @@ class _Form:
         F_s = F[np.searchsorted(toks, S_tok)]
         own = np.asarray(arith.saturate(P * pair_inner(gen, iq, gen, iq).astype(object) + F_s.astype(object)))
         return own, other
+
+
+def best_other_level(gen: Any, iq: np.ndarray, kj: np.ndarray) -> np.ndarray | None:
+    """For each query vector index ``iq``: the largest inner product of a key vector of ``kj`` other
+    than the query's own, from the Reed--Solomon∘Hadamard algebra (:func:`~exactformer.constructions.codes.weights.classify`:
+    O(log) pieces of queries with one histogram each, a partial shell's keys bounded at its highest
+    levels) when the keys are one increasing run of consecutive indices holding every query's own
+    vector; ``np.iinfo(np.int64).min`` where there is no other key. None where that does not hold
+    (the caller counts histograms from the generator: O(|alphabet|) work and memory)."""
+    alg = algebra_of(gen)
+    kj, iq = np.asarray(kj, dtype=np.int64), np.asarray(iq, dtype=np.int64)
+    if not isinstance(alg, ReedSolomonAlgebra) or kj.size == 0 or iq.size == 0:
+        return None
+    k0, k1 = int(kj[0]), int(kj[-1]) + 1
+    if np.any(np.diff(kj) != 1) or iq.min() < k0 or iq.max() >= k1:  # one increasing run of distinct indices
+        return None
+    pieces = alg.classify([(k0, k1)], int(iq.min()), int(iq.max()) + 1)
+    if any(row is None for _, _, row in pieces):
+        return None
+    none = np.iinfo(np.int64).min
+    top = np.array([max((a for a in range(len(row.exact)) if row.exact[a] + row.optional[a] > 0), default=-1)
+                    for _, _, row in pieces], dtype=np.int64)
+    level = np.where(top >= 0, alg.levels[np.maximum(top, 0)], none)
+    starts = np.array([c0 for c0, _, _ in pieces], dtype=np.int64)
+    return level[np.searchsorted(starts, iq, side="right") - 1]
 
 
 def _key_groups(ctx: CertContext, form: "_Form") -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
