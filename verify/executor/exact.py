@@ -584,20 +584,10 @@ class _Plan:
         if L["v_dims"][h].size == 0:  # the head writes nothing
             return be.put(np.zeros((B, q_pos.size, 0), dtype=np.int64 if self.fmt.is_exact else np.float64))
         allpos = self.allpos
-        if self._d0 is not None:
-            c = self.fmt.counts
-            before = (c.saturations, c.underflows)
-            out = self._window_head(li, L, h, tokens, x, q_pos)
+        for attempt, applies in ((self._window_head, self._d0 is not None), (self._head_split, L["qk_split"][h] is not None)):
+            out = self._attempt(attempt, li, L, h, tokens, x, q_pos) if applies else None
             if out is not None:
                 return out
-            c.saturations, c.underflows = before  # the attempt's events are discarded: computed below
-        if L["qk_split"][h] is not None:
-            c = self.fmt.counts
-            before = (c.saturations, c.underflows)
-            out = self._head_split(li, L, h, tokens, x, q_pos)
-            if out is not None:
-                return out
-            c.saturations, c.underflows = before  # the attempt's events are discarded: computed whole below
         k = self._proj(li, L, h, "K", tokens, x, allpos)
         v = self._proj(li, L, h, "V", tokens, x, allpos, dims=L["v_dims"][h])
         outs = []
@@ -615,6 +605,17 @@ class _Plan:
             else:
                 outs.append(self._dense(q, k, v, qp, L["causal"], B))
         return outs[0] if len(outs) == 1 else be.cat(outs, axis=1)
+
+    def _attempt(self, method, *args):
+        """``method(*args)``, a faster way to the head's output (windowed rows, split logits); where
+        it gives up (None) the events it counted are discarded, since the output is then computed
+        whole and counts them again."""
+        c = self.fmt.counts
+        before = (c.saturations, c.underflows)
+        out = method(*args)
+        if out is None:
+            c.saturations, c.underflows = before
+        return out
 
     def _window_head(self, li: int, L, h: int, tokens: np.ndarray, x, q_pos: np.ndarray):
         """The head's output through each row's window (module docstring of
