@@ -167,3 +167,19 @@ def test_best_other_symbol_level_from_the_algebra_bounds_the_generator(n, mu):
         assert got is not None and np.array_equal(got, want), (a, b)
     assert best_other_level(gen, np.array([0]), np.array([1, 2])) is None  # the query's own vector is no key
     assert best_other_level(gen, np.array([1]), np.array([0, 1, 3])) is None  # not one range
+
+
+@pytest.mark.parametrize("n", [8, 64])
+def test_the_query_itself_is_a_key_of_the_first_layer(n):
+    """A flag that misses the last query's own position (runs over [N, T - 1) only): the layer-0 row
+    there puts 1/2 on the query itself, so the certificate must not state the row 'target 1, stray
+    0' on the way to a PASS (it did while the query's own position was left out of its row)."""
+    from exactformer.constructions.core.runs import RunConstantCode
+    m = xf.build("mqar", n=n).compiled
+    T, col = 2 * n - 1, m.layout["FX"][0]
+    short = RunConstantCode(np.zeros(1, np.int64), np.ones((1, 1), np.int8), T - 1 - n)
+    blocks = tuple(dataclasses.replace(b, code=short, count=T - 1 - n) if b.col == col else b for b in m.pos_embed.blocks)
+    bad = _with(m, pos_embed=dataclasses.replace(m.pos_embed, blocks=blocks))
+    assert verify(m, "certify").passed
+    cert = verify(bad, "certify")
+    assert not cert.passed and "unproven" in cert.reason, cert.reason

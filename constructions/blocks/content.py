@@ -224,8 +224,7 @@ class RetrieveByMatch(_DerivedHead):
         S_tok = np.asarray(ctx.domains[L])
         vis = []
         for pos, toks, F in groups:
-            p = pos[pos <= L] if form.causal else pos
-            p = p[p != L]
+            p = pos[pos <= L] if form.causal else pos  # the query's own position is a key too (its level: "own")
             if p.size:
                 vis.append((p, toks, F))
         top = np.full(S_tok.size, arith.min_raw - 1, dtype=object)  # the best level any key reaches, per s
