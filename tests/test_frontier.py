@@ -293,7 +293,11 @@ class _LowestPriorityFirst(Pool):
             yield item[1], item[2](item[3])
 
 
-@pytest.mark.parametrize("limit,runs", [(64 << 30, True), (1 << 20, False)])
+@pytest.mark.parametrize("limit,runs", [
+    (64 << 30, True),
+    # slow: a job over the memory limit refused by test_the_memory_rule_refuses_a_job_over_the_limit_and_allows_one_that_fits,
+    # the table equal to the serial run's by the case above
+    pytest.param(1 << 20, False, marks=pytest.mark.slow)])
 def test_jobs_run_ahead_only_where_memory_allows_and_the_table_is_the_serial_runs(serial_ahead, monkeypatch, limit,
                                                                                   runs):
     from contextlib import contextmanager

@@ -4,6 +4,7 @@ module reaches into another's private names."""
 from __future__ import annotations
 
 import ast
+import functools
 import re
 from pathlib import Path
 
@@ -16,12 +17,17 @@ LAYERS = ["exactformer.precision", "exactformer.constructions", "exactformer.ver
           "exactformer.api|exactformer.arguments", "exactformer.cli"]
 
 
-def _modules():
+@functools.cache
+def _modules() -> tuple[tuple[str, Path, ast.Module], ...]:
+    """(module name, path, syntax tree) of every source module, parsed once for the tests below (which
+    only read the trees)."""
+    found = []
     for folder, pkg in PACKAGES.items():
         for path in sorted((ROOT / folder).rglob("*.py")):
             parts = path.relative_to(ROOT / folder).with_suffix("").parts
             name = ".".join((pkg, *[p for p in parts if p != "__init__"]))
-            yield name, path, ast.parse(path.read_text())
+            found.append((name, path, ast.parse(path.read_text())))
+    return tuple(found)
 
 
 def _layer(module: str) -> int | None:

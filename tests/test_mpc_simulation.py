@@ -138,7 +138,12 @@ def test_decode_reads_non_words_as_not_a_word():
 # ------------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("kw", [dict(n=16, word_bits=4), dict(n=27, word_bits=3, fan_in=3)])
+@pytest.mark.parametrize("kw", [
+    dict(n=8, word_bits=3), dict(n=9, word_bits=2, fan_in=3),
+    # slow: the same property with fan-in 2 at n = 8 and fan-in 3 at n = 9 is checked by the two cases above
+    pytest.param(dict(n=16, word_bits=4), marks=pytest.mark.slow),
+    pytest.param(dict(n=27, word_bits=3, fan_in=3), marks=pytest.mark.slow),
+])
 def test_right_in_float64_float32_and_transformer_lens(kw):
     m = xf.build("prefix-sums", **kw)
     assert set(m.params["arithmetics"].value) == {m.precision, "real", "float64", "float32"}
