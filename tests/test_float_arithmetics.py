@@ -296,3 +296,15 @@ def test_vacuous_float_rows_prove_nothing_and_never_raise():
     w_t, w_l = f32.row_weights(Box.point(np.array([0.0])), Box.point(np.array([[-1.0]])), np.array([[1 << 26]]))
     assert float(np.asarray(w_t.lo)[0]) == 0.0 and float(np.asarray(w_t.hi)[0]) == 1.0
     assert xf.build("index-lookup", n=1 << 24).params["arithmetics"].value[-1] == "float32"
+
+
+def test_a_readout_whose_logit_overflows_is_unproven_with_its_margin():
+    """A float16 readout whose logits overflow to infinity: 'unproven' naming the margin -inf (the
+    message's Fraction of -inf was an internal error that ended the frontier's float16 chains)."""
+    from exactformer.constructions.blocks.base import Unproven
+    from exactformer.precision.boxes import Box, FloatArithmetic
+    from exactformer.verify.certify.layers import readout_table
+    arith = FloatArithmetic("float16")
+    table = Box(np.array([[-60000.0, -60000.0]]), np.array([[60000.0, 60000.0]]))  # every logit in [-inf, inf]
+    with pytest.raises(Unproven, match="margin -inf"):
+        readout_table(arith, table, np.array([[2.0, 2.0], [2.0, 2.0]]), np.zeros(2), 7)

@@ -234,6 +234,8 @@ def readout_table(arith: Any, table: Box, W_U: np.ndarray, b_U: np.ndarray, wher
     mn = np.min(mg) if mg.size else 0
     if mn <= 0:
         bad = np.argwhere(mg <= 0)[0]
+        m = np.array(mn)
+        shown = arith.to_fraction(m) if m.dtype == object or np.isfinite(m.astype(np.float64)) else float(m)  # -inf: a logit overflowed
         raise Unproven(f"at position {where} the answer is not determined for view assignment "
-                       f"{bad.tolist()} (margin {arith.to_fraction(np.array(mn))})", {"positions": [where]})
+                       f"{bad.tolist()} (margin {shown})", {"positions": [where]})
     return best.astype(np.int64), mn
