@@ -383,19 +383,8 @@ class RetrieveByAddress(RetrieveByPosition):
             raise Unproven(f"{where}: at position {p} the target's logit is not above every other key's", {"positions": [p]})
         levels = Box(np.asarray(logit.lo)[None, :], np.asarray(logit.hi)[None, :])
         w_t, w_l = arith.row_weights(logit[q:q + 1], levels, np.zeros_like(opt), opt)
-        g_t = state.group_of(tg)[0]
-        tgroups = np.unique(g_t)
-        if np.any(tgroups < 0):
-            raise Unproven(f"{where}: a retrieved position has no view", {"positions": [p]})
-        ref = state.groups[int(tgroups[0])]
-        for gi in tgroups:
-            T_g = state.groups[int(gi)]
-            if (len(T_g.vars) != 1 or T_g.vars[0].kind != "tok" or not np.array_equal(T_g.vars[0].domain, ref.vars[0].domain)
-                    or not np.array_equal(T_g.vars[0].cls, ref.vars[0].cls)
-                    or not np.array_equal(V["tables"][gi].lo, V["tables"][tgroups[0]].lo)
-                    or not np.array_equal(V["tables"][gi].hi, V["tables"][tgroups[0]].hi)):
-                raise Unproven(f"{where}: the retrieved positions do not all hold the same kind of value", {"positions": [p]})
-        z = head_output(arith, w_t[0], V["tables"][int(tgroups[0])], w_l[0], opt[0], V["hull"])  # [target classes, dv]
+        ref, t_tab = _retrieved_values(state, V, tg, p, where)
+        z = head_output(arith, w_t[0], t_tab, w_l[0], opt[0], V["hull"])  # [target classes, dv]
         shape = (bv.ncls,) + np.shape(z.lo)  # [the pointer's classes (the same row for each), target classes, dv]
         z = Box(np.broadcast_to(np.asarray(z.lo), shape), np.broadcast_to(np.asarray(z.hi), shape))
         ptr = Var("ptr", tg[None, :], ref.vars[0].domain, ref.vars[0].cls, base=0)
@@ -439,18 +428,7 @@ class RetrieveByAddress(RetrieveByPosition):
         first = tuple(0 if a != b else slice(None) for a in range(target.ndim))
         tgt_of_cls, row_of_cls = target[first], cls[first]  # [ncls of the base variable]
         tg = tgt_of_cls[bv.cls]  # target position of each value of the base variable
-        tgroups = np.unique(state.group_of(tg)[0])
-        if np.any(tgroups < 0):
-            raise Unproven(f"{where}: a retrieved position has no view", {"positions": [p]})
-        ref = state.groups[int(tgroups[0])]
-        for gi in tgroups:
-            T_g = state.groups[int(gi)]
-            if (len(T_g.vars) != 1 or T_g.vars[0].kind != "tok" or not np.array_equal(T_g.vars[0].domain, ref.vars[0].domain)
-                    or not np.array_equal(T_g.vars[0].cls, ref.vars[0].cls)
-                    or not np.array_equal(V["tables"][gi].lo, V["tables"][tgroups[0]].lo)
-                    or not np.array_equal(V["tables"][gi].hi, V["tables"][tgroups[0]].hi)):
-                raise Unproven(f"{where}: the retrieved positions do not all hold the same kind of value", {"positions": [p]})
-        t_tab = V["tables"][int(tgroups[0])]
+        ref, t_tab = _retrieved_values(state, V, tg, p, where)
         ur, inv = np.unique(row_of_cls, return_inverse=True)  # few row classes: one output table each
         zs = [head_output(arith, rows.w_t[int(r)], t_tab, rows.w_l[int(r)], rows.counts[int(r)], V["hull"]) for r in ur]
         z = Box(np.stack([np.asarray(x.lo) for x in zs])[inv.reshape(-1)], np.stack([np.asarray(x.hi) for x in zs])[inv.reshape(-1)])
@@ -465,6 +443,24 @@ class RetrieveByAddress(RetrieveByPosition):
 # ------------------------------------------------------------------------------------------------
 # shared pieces
 # ------------------------------------------------------------------------------------------------
+
+
+def _retrieved_values(state: State, V: dict, tg: np.ndarray, p: int, where: str) -> tuple[Group, Box]:
+    """(a view of the retrieved positions ``tg``, their value table): every retrieved position's view
+    must be its own token alone, with the same classes and value table (so one table serves every
+    candidate of a pointer)."""
+    tgroups = np.unique(state.group_of(tg)[0])
+    if np.any(tgroups < 0):
+        raise Unproven(f"{where}: a retrieved position has no view", {"positions": [p]})
+    ref = state.groups[int(tgroups[0])]
+    for gi in tgroups:
+        T_g = state.groups[int(gi)]
+        if (len(T_g.vars) != 1 or T_g.vars[0].kind != "tok" or not np.array_equal(T_g.vars[0].domain, ref.vars[0].domain)
+                or not np.array_equal(T_g.vars[0].cls, ref.vars[0].cls)
+                or not np.array_equal(V["tables"][gi].lo, V["tables"][tgroups[0]].lo)
+                or not np.array_equal(V["tables"][gi].hi, V["tables"][tgroups[0]].hi)):
+            raise Unproven(f"{where}: the retrieved positions do not all hold the same kind of value", {"positions": [p]})
+    return ref, V["tables"][int(tgroups[0])]
 
 
 def _eye(n: int, dh: int, offset: int, scale: Fraction) -> tuple[np.ndarray, int]:
