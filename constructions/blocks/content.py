@@ -307,7 +307,7 @@ class RetrieveByAddress(RetrieveByPosition):
             if h:
                 out.append(self._query_held(ctx, state, int(p), G, qcols, ksrc, alpha, beta, const, n_dims, V, causal, where))
             else:
-                out.append(self._query(ctx, state, int(p), qcols, keys, kgen, lookup, gens, alpha, beta, const, n_dims,
+                out.append(self._query(ctx, state, int(p), G, qcols, keys, kgen, lookup, gens, alpha, beta, const, n_dims,
                                        V, causal, where))
         return out
 
@@ -394,12 +394,8 @@ class RetrieveByAddress(RetrieveByPosition):
             "method": "Reed-Solomon weight distribution (a causal prefix: optional keys)"})
         return Group(np.array([p]), [bv, ptr], z), z
 
-    def _query(self, ctx, state, p, qcols, keys, kgen, lookup, gens, alpha, beta, const, n_dims, V, causal, where):
+    def _query(self, ctx, state, p, G, qcols, keys, kgen, lookup, gens, alpha, beta, const, n_dims, V, causal, where):
         arith = ctx.arith
-        g_of, m_of = state.group_of(np.array([p]))
-        if g_of[0] < 0:
-            raise Unproven(f"{where}: no view of position {p}")
-        G = state.groups[int(g_of[0])].take(np.array([m_of[0]]))
         tab = G.table[..., state.col_index(qcols)]
         lo, hi = np.asarray(tab.lo).reshape(-1, qcols.size), np.asarray(tab.hi).reshape(-1, qcols.size)
         if not np.array_equal(lo, hi):
@@ -782,7 +778,7 @@ class _Values:
         for r in code_runs:
             inside = (C >= r.first) & (C < r.first + r.count)
             if np.any(inside):
-                if r.slope != 1 or not getattr(r.gen, "is_sign_code", False) or not isinstance(algebra_of(r.gen), ReedSolomonAlgebra) \
+                if r.slope != 1 or not isinstance(algebra_of(r.gen), ReedSolomonAlgebra) \
                         or not same_generator(r.gen, code_runs[0].gen):
                     return None
                 offsets.add(r.start - r.first)

@@ -363,7 +363,9 @@ class NearestLabel:
             if np.any(got != got[:1]):
                 raise Unproven(f"at position {q} the answer depends on the chosen candidate's code, not only on its label")
             got = np.broadcast_to(got[:1], (cv.domain.size, got.shape[1]))
-        got = got[:, pv.cls] if cv.code is not None else got[cv.cls][:, pv.cls]  # [candidates, label tokens]
+        else:
+            got = got[cv.cls]
+        got = got[:, pv.cls]  # [candidates, label tokens]
         exp = self.answer_of[pv.domain][None, :]
         if np.any(got != exp):
             c, s = np.argwhere(got != exp)[0]

@@ -95,7 +95,7 @@ class CodeAxis:
     coordinate i (``Group.follows[uid][column] == i``) has, at class b, the value it takes for every
     J whose vector has entry class b at coordinate i; a column that follows -1 does not depend on J.
     Only operations that keep each column a function of at most one coordinate may read such a
-    table (:func:`follows_through`)."""
+    table (:func:`exactformer.verify.certify.layers.follows_through`)."""
 
     gen: Any
     offset: int

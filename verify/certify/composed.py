@@ -197,8 +197,8 @@ def _layer(ctx: CertContext, li: int, owners_: dict[int, Any], state: State, nee
     lw = LayerWeights.of(ctx.W, li, [h for h, _ in heads], state.cols, state.col_index)
     new_groups = []
     for parts in parts_by_pos:
+        follows = _follows(ctx, parts, lw)  # from the parts' columns: the same for every joined group
         for group, tables in join_views(parts):
-            follows = _follows(ctx, parts, lw)
             new_groups.append(Group(group.pos, group.vars, layer_image(ctx.arith, tables, lw), follows))
     if li == len(ctx.model.blocks) - 1:  # the readout reads the answer positions only
         return State(new_groups, state.cols, state.info)
