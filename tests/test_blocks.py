@@ -171,14 +171,14 @@ class IndexFirstTask(IndexLookupTask):
     """IdxL with the index token first: tokens p, s_1 .. s_N; the answer s_p, read at position 0."""
 
     def domains(self, model):
-        S, n = len(model.answers), model.n
+        S, n = self.alphabet(model), model.n
         return Domains([np.arange(S, S + n), np.arange(S)], np.r_[0, np.ones(n, np.int64)])
 
     def spec(self, model):
-        S, n = len(model.answers), model.n
+        S, n = self.alphabet(model), model.n
         pointer = np.full(S + n, -1)
         pointer[S:] = np.arange(1, n + 1)
-        return Select(0, 0, pointer, np.r_[np.arange(S), np.full(n, -1)])
+        return Select(0, 0, pointer, np.r_[np.arange(S), np.full(n, -1)], values=tuple(range(S)))
 
     def encode_arrays(self, model, symbols, p):
         t = super().encode_arrays(model, symbols, p)
@@ -202,7 +202,7 @@ def index_first(n: int, alphabet: int = 4, eta: Fraction | None = None):
     SymbolReadout("bits", alphabet).emit(mb)
     return mb.build(answers=list(range(alphabet)), vocab=[f"s{s}" for s in range(alphabet)] + [f"p{p}" for p in range(1, n + 1)],
                     construction="test-index-first", theorem="Thm 1, index first", n=n, precision=fmt.name,
-                    answer_positions=(0,))
+                    answer_positions=(0,), task_params={"n": n, "alphabet": alphabet})
 
 
 #: the decorator docs/architecture.md writes above ``index_first`` (evaluated by the fixture below)

@@ -214,6 +214,7 @@ def test_float_arithmetic_needs_exact_steps():
 
 def test_a_task_without_an_automaton_is_unproven():
     m = dyck(types=2, depth=2).compiled
+    m.task_params = {**m.task_params, "alphabet": 2}  # what Index Lookup's specification reads
     r = certify(m, parse_format(m.precision), IndexLookupTask())
     assert not r.passed and "specification is a Select" in r.reason
 

@@ -274,8 +274,13 @@ def check_sampling(mode: str, samples: int | None, seed: int | None) -> tuple[in
 
 
 def task_of(model: CompiledModel) -> Task:
-    """The task of a built model: its declared modes and input count."""
-    return registry.task_of(model)
+    """The task of a built model: its declared modes and input count (VerifyError naming the
+    model's ``construction`` where no registered construction has that name)."""
+    try:
+        return registry.task_of(model)
+    except registry.UnknownConstruction:
+        raise VerifyError("model", f"its construction {model.construction!r} is not registered (registered: "
+                                   f"{', '.join(registry.names())})") from None
 
 
 #: the exhaustive limit of a run sharded over workers (``workers`` or ``scheduler`` given)
@@ -381,6 +386,9 @@ def verify(model: Any, mode: str | None = None, fmt: Format | str | None = None,
     check_device(device)
     fmt = check_fmt(fmt)
     task = task_of(model)
+    malformed = _malformed(model, task)
+    if malformed is not None:
+        return malformed
     shard = check_sharding(mode, workers, scheduler)
     mode, why = choose_mode(task, model, mode, shard, arithmetic if fmt is None or fmt.is_exact else fmt.name)
     samples, seed = check_sampling(mode, check_samples(samples), check_seed(seed))
@@ -427,13 +435,44 @@ def verify(model: Any, mode: str | None = None, fmt: Format | str | None = None,
             yield from task.sample(model, samples, seed)
 
         batches = both()
-    covered, cex, min_margin, counts = check_batches(model, fmt, batches, device, progress, arithmetic)
+    try:
+        covered, cex, min_margin, counts = check_batches(model, fmt, batches, device, progress, arithmetic)
+    except VerifyError:
+        raise
+    except (IRError, ValueError, IndexError, KeyError, TypeError) as e:  # a model that cannot run: a report
+        return Report(**base, passed=False, inputs_covered=0, seconds=time.perf_counter() - t0,
+                      reason=f"the model does not run: {type(e).__name__}: {e}")
     reason = "counterexample found" if cex else (
         "all inputs correct" if mode == "exhaustive" else
         f"{covered} inputs correct ({samples} sampled with seed {seed}, the rest adversarial with seed {seed + 1})")
     return Report(**base, passed=cex is None, inputs_covered=covered, seconds=time.perf_counter() - t0,
                   min_margin=None if min_margin is None else str(min_margin), counts=counts,
                   counterexample=cex, reason=reason)
+
+
+def _malformed(model: ModelIR, task: Task) -> Report | None:
+    """A failed report for a model whose fields do not fit together (``model.check()``: shapes,
+    ranges) or do not fit its task (the task's inputs are longer than its context, a task parameter
+    the task reads is missing), naming the field; None for a well-formed model."""
+    try:
+        model.check()
+        task.check_params(model)
+        T = task.length(model)
+        n_ctx = getattr(model, "n_ctx", None)
+        if n_ctx is not None and T > n_ctx:
+            raise IRError(f"pos_embed.n_rows: the task's inputs have {T} tokens, the model's context is {n_ctx}")
+        runs = task.domain_runs(model)  # O(1) where the inputs are long
+        top = max(int(runs.values[int(w)].stops[-1]) - 1 for w in np.unique(runs.which))
+        if top >= model.d_vocab:
+            raise IRError(f"embed.n_rows: the task's inputs use token {top}, the model's vocabulary has {model.d_vocab}")
+        return None
+    except (IRError, ValueError, IndexError, KeyError, TypeError) as e:
+        reason = f"malformed model: {type(e).__name__}: {e}" if not isinstance(e, KeyError) else \
+            f"malformed model: task_params has no {e} (the task reads it)"
+    base = dict(construction=model.construction, theorem=model.theorem, n=model.n, mode="none", seed=None,
+                precision=str(model.precision), precision_bits=0, eta=None, eta_paper=None, k=None,
+                layers=model.n_layers, heads=model.n_heads, width=model.width, size_bits=0)
+    return Report(**base, passed=False, inputs_covered=0, seconds=0.0, reason=reason)
 
 
 def certified_arithmetics(model: Any, device: str = "cpu") -> dict[str, list[str]]:

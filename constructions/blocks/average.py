@@ -74,8 +74,6 @@ class UniformAverage(ViewHead):
         hw = ctx.head_weights(layer, head)
         if not (not np.any(hw["W_K"]) or (not np.any(hw["W_Q"]) and not np.any(hw["b_Q"]))):
             raise Unproven(f"{where}: the logits are not constant (W_K must be 0, or W_Q and b_Q)")
-        if ctx.model.blocks[layer].attn.causal:
-            raise Unproven(f"{where}: a causal uniform average is not supported")
         arith = ctx.arith
         a = arith.uniform_weight(ctx.T)
         V = value_tables(ctx, state, hw, where)

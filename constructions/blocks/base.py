@@ -66,6 +66,11 @@ class HeadBlock(Block):
     #: True where the local certificate proves the head in the fixed-point format only (the verifier's
     #: default mode then samples a model run in floats or reals instead of certifying it)
     fixed_point_only: ClassVar[bool] = False
+    #: the attention masks the local certificate proves the head under (``Attention.causal``): a
+    #: certificate that bounds the row over every key proves the bidirectional head only; one that
+    #: reads the layer's flag, both. The coverage step reads each owned head's flag against this
+    #: (:func:`exactformer.verify.certify.layers.owners`)
+    masks: ClassVar[tuple[bool, ...]] = (False,)
 
     @abstractmethod
     def emit(self, mb: Any, layer: int) -> int:
@@ -172,7 +177,14 @@ class CertContext:
     written: list[np.ndarray] = field(default_factory=list)  # per layer: columns earlier layers write
 
     def slot(self, name: str) -> np.ndarray:
+        """The residual columns of slot ``name`` (the layout is a witness: the local certificates check
+        the weights on these columns; a slot it does not have is Unproven)."""
+        if name not in self.model.layout:
+            raise Unproven(f"the plan names slot {name!r}, which the model's layout does not have "
+                           f"(slots: {', '.join(sorted(self.model.layout))})")
         start, width = self.model.layout[name]
+        if not (0 <= start and 0 <= width and start + width <= self.model.d_model):
+            raise Unproven(f"layout[{name!r}] = [{start}, {width}] does not fit d_model = {self.model.d_model}")
         return np.arange(start, start + width)
 
     def head_weights(self, layer: int, head: int) -> dict[str, np.ndarray]:

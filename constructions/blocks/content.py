@@ -87,6 +87,7 @@ class _DerivedHead(ViewHead):
     Its certificate works on raw fixed-point values (:class:`_Form`)."""
 
     fixed_point_only: ClassVar[bool] = True
+    masks: ClassVar[tuple[bool, ...]] = (False, True)  # the rows are bounded over the keys the layer's flag lets in
 
     def view_columns(self, model: Any, head_weights: dict[str, np.ndarray]) -> np.ndarray:
         return np.zeros(model.d_model, dtype=bool)
@@ -264,6 +265,7 @@ class RetrieveByAddress(RetrieveByPosition):
     looked up by the code's algebra instead, once for every candidate (:meth:`_query_held`)."""
 
     reads_code_axis: ClassVar[bool] = True
+    masks: ClassVar[tuple[bool, ...]] = (False, True)  # the rows are bounded over the keys the layer's flag lets in
 
     def view_columns(self, model: Any, head_weights: dict[str, np.ndarray]) -> np.ndarray:
         """The query code (written by an earlier layer) and the values are read from views."""

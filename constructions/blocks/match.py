@@ -151,8 +151,6 @@ class MatchHead(ViewHead):
         arith = ctx.arith
         if not isinstance(arith, FixedArithmetic) or arith.wide:
             raise Unproven(f"{where}: the match head's certificate needs a fixed-point format with int64 raw values")
-        if ctx.model.blocks[layer].attn.causal:
-            raise Unproven(f"{where}: a causal match head is not supported")
         hw = ctx.head_weights(layer, head)
         g_of, _ = state.group_of(need)
         qgroups = [int(g) for g in np.unique(g_of)]

@@ -36,7 +36,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -58,6 +58,9 @@ from exactformer.precision.boxes import Arithmetic, Box
 
 @dataclass(frozen=True)
 class FollowPointer(PointerHead):
+    #: the row is bounded over all T - 1 other keys, and the followed position is never after the query
+    masks: ClassVar[tuple[bool, ...]] = (False, True)
+
     query: str
     key: str
     value: tuple[str, ...]
@@ -121,6 +124,9 @@ class FollowPointer(PointerHead):
 
 @dataclass(frozen=True)
 class LatestMatch(PointerHead):
+    #: "the latest earlier match": the later keys must be masked (a later match would win otherwise)
+    masks: ClassVar[tuple[bool, ...]] = (True,)
+
     query: str
     key: str
     order: str

@@ -473,6 +473,10 @@ class ModelIR:
     def output_vocab(self) -> list[str]:
         return [str(a) for a in self.answers]
 
+    def check(self) -> None:
+        """Raise IRError naming the first field that does not fit the others (shapes, ranges)."""
+        raise NotImplementedError(type(self).__name__)
+
     def decode(self, logits: np.ndarray) -> Any:
         """The answer for one row of last-position logits [d_vocab_out] (argmax; ties -> lowest)."""
         return self.answers[int(np.argmax(np.asarray(logits)))]
@@ -506,6 +510,9 @@ class CompiledModel(ModelIR):
     plan: list[Any] = field(default_factory=list)  # blocks and where they sit (assemble.Placement)
     vector_input: VectorInput | None = None  # token ids whose inputs carry an exact vector
     position_code: Any = None  # the construction's position code (a PositionCode), recorded in saved files
+
+    def check(self) -> None:
+        check_shapes(self)
 
     def fingerprint(self) -> str:
         """sha256 of everything the forward pass depends on: weights, embeddings (tables and the
@@ -660,8 +667,8 @@ def code_fingerprint(code: Any) -> str:
     """A digest of a position code's content: its generator's parameters when it has a
     deterministic generator (``generator_key()``), else every vector it holds."""
     key = getattr(code, "generator_key", None)
-    if key is not None:
-        return hashlib.sha256(repr(key()).encode()).hexdigest()
+    if key is not None:  # the width and length too: code blocks read k columns of n rows whatever the generator
+        return hashlib.sha256(repr((type(code).__name__, int(code.n), int(code.k), key())).encode()).hexdigest()
     h = hashlib.sha256(f"{type(code).__name__}|{code.n}|{code.k}|".encode())
     step = max(1, (1 << 22) // max(int(code.k), 1))
     for s in range(0, int(code.n), step):
@@ -677,11 +684,36 @@ def sequence_rows(examples: Sequence[Any]) -> np.ndarray:
     return np.asarray([list(r) for r in rows])
 
 
+def check_embedding(name: str, emb: Embedding, d_model: int) -> None:
+    """Raise IRError naming the field of ``emb`` that does not fit a ``[n_rows, d_model]`` matrix: the
+    dense table's shape and rows, and each code block's rows, columns and code indices."""
+    if emb.d_model != d_model:
+        raise IRError(f"{name}.d_model is {emb.d_model}, the residual stream's width is {d_model}")
+    t = emb.table
+    if t.num.ndim != 2 or (t.shape[0] and t.shape[1] != d_model):
+        raise IRError(f"{name}.table has shape {t.shape}, expected [rows, {d_model}]")
+    if emb.table_first_row < 0 or emb.table_first_row + t.shape[0] > emb.n_rows:
+        raise IRError(f"{name}.table rows [{emb.table_first_row}, {emb.table_first_row + t.shape[0]}) do not fit "
+                      f"n_rows = {emb.n_rows}")
+    for i, b in enumerate(emb.blocks):
+        where = f"{name}.blocks[{i}]"
+        if b.first_row < 0 or b.count < 0 or b.first_row + b.count > emb.n_rows:
+            raise IRError(f"{where}: rows [{b.first_row}, {b.first_row + b.count}) do not fit n_rows = {emb.n_rows}")
+        if b.col < 0 or b.col + b.code.k > d_model:
+            raise IRError(f"{where}: columns [{b.col}, {b.col + b.code.k}) do not fit d_model = {d_model}")
+        if b.code_start < 0 or b.code_start + b.count > b.code.n:
+            raise IRError(f"{where}: code indices [{b.code_start}, {b.code_start + b.count}) do not fit its code's "
+                          f"n = {b.code.n}")
+        if b.count and np.shape(b.code.numerators(np.array([b.code_start])))[-1] != b.code.k:
+            raise IRError(f"{where}.code: its vectors do not have k = {b.code.k} entries")
+
+
 def check_shapes(model: CompiledModel) -> None:
-    """Raise IRError if shapes are inconsistent."""
+    """Raise IRError naming the field if shapes are inconsistent (the weights, the embeddings, the
+    answers and the answer positions)."""
     d = model.d_model
-    if model.pos_embed.d_model != d:
-        raise IRError("pos_embed.d_model != embed.d_model")
+    check_embedding("embed", model.embed, d)
+    check_embedding("pos_embed", model.pos_embed, d)
     for l, b in enumerate(model.blocks):
         a = b.attn
         h, dm, dh = a.W_Q.shape
@@ -698,8 +730,13 @@ def check_shapes(model: CompiledModel) -> None:
                 raise IRError(f"blocks.{l}.mlp.{name} has shape {getattr(m, name).shape}, expected {shape}")
     if model.W_U.shape != (d, len(model.answers)):
         raise IRError(f"unembed.W_U has shape {model.W_U.shape}, expected {(d, len(model.answers))}")
+    if model.b_U.shape != (len(model.answers),):
+        raise IRError(f"unembed.b_U has shape {model.b_U.shape}, expected {(len(model.answers),)}")
     if len(model.vocab) != model.d_vocab:
         raise IRError(f"vocab has {len(model.vocab)} names for {model.d_vocab} tokens")
+    pos = model.answer_positions
+    if pos is not None and (not pos or min(pos) < 0 or max(pos) >= model.n_ctx):
+        raise IRError(f"answer_positions must be positions in [0, {model.n_ctx}), got {list(pos)[:4]}")
     vi = model.vector_input
     if vi is not None:
         if vi.width < 1 or vi.col < 0 or vi.col + vi.width > d:

@@ -34,6 +34,7 @@ from typing import Any, Union
 import numpy as np
 
 from exactformer.constructions.blocks.base import CertContext, Unproven
+from exactformer.constructions.core.spec import Spec
 from exactformer.precision.boxes import Box
 
 END = 1 << 62  # the end of a last segment: every position
@@ -152,7 +153,8 @@ def _latest(atom: Latest, tokens: np.ndarray) -> np.ndarray:
         j = np.arange(atom.first, p + 1)
         hit = key_tok[:, atom.first:p + 1] == tokens[:, p:p + 1]
         any_hit = hit.any(axis=1)
-        out[any_hit, p] = j[hit.shape[1] - 1 - np.argmax(hit[any_hit, ::-1], axis=1)]
+        if any_hit.any():  # (no key before p at all: hit has no columns)
+            out[any_hit, p] = j[hit.shape[1] - 1 - np.argmax(hit[any_hit, ::-1], axis=1)]
     return out
 
 
@@ -281,16 +283,25 @@ def lookup_shift(query: list[CodeRun], key: list[CodeRun], where: str) -> Shift:
 
 
 @dataclass
-class TokenAt:
+class TokenAt(Spec):
     """The answer at every answer position p is the one the token at ``ptr(p)`` names:
-    ``answer_of[token]`` (the tokens' answers, -1 for a token that names none)."""
+    ``answer_of[token]`` (the tokens' answers, -1 for a token that names none), ``values[i]``
+    the answer index i names."""
 
     ptr: Pointer
     answer_of: np.ndarray
+    answer_positions: tuple[int, ...]
+    values: tuple
 
-    def evaluate(self, tokens: np.ndarray, answer_positions: np.ndarray) -> np.ndarray:
+    def positions(self, T: int) -> np.ndarray:
+        return np.asarray(self.answer_positions, dtype=np.int64)
+
+    def indices(self, tokens: Any, domains: Any) -> np.ndarray:
+        return self.evaluate(tokens)
+
+    def evaluate(self, tokens: np.ndarray) -> np.ndarray:
         t = np.asarray(tokens)
-        at = np.take_along_axis(t, evaluate(self.ptr, t), axis=1)[:, answer_positions]
+        at = np.take_along_axis(t, evaluate(self.ptr, t), axis=1)[:, self.positions(t.shape[1])]
         return self.answer_of[at]
 
     def check(self, ptr: Pointer, answers: dict[int, int]) -> None:

@@ -246,8 +246,13 @@ class RNNModel(ModelIR):
                 raise IRError(f"{name} has shape {getattr(self, name).shape}, expected {shape}")
         if self.W_hh.shape != (H, H) or self.W_hh.vals.shape != self.W_hh.cols.shape:
             raise IRError(f"W_hh has shape {self.W_hh.shape}, expected {(H, H)}")
+        if self.W_hh.cols.size and (self.W_hh.cols.min() < 0 or self.W_hh.cols.max() >= H):
+            raise IRError(f"W_hh.cols must be units in [0, {H})")
         if len(self.vocab) != V:
             raise IRError(f"vocab has {len(self.vocab)} names for {V} tokens")
+        pos = self.answer_positions
+        if pos is not None and (not pos or min(pos) < 0):
+            raise IRError(f"answer_positions must be positions >= 0, got {list(pos)[:4]}")
 
 
 def shape_only(hidden: int, d_input: int, d_vocab: int, answers: int, **fields: Any) -> ShapeOnlyModel | None:

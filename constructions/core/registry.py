@@ -99,6 +99,9 @@ class Construction:
     order: int = 0
     #: the largest n ``verify all`` builds it at (None: any); a larger --n is lowered to it, noted
     all_max_n: int | None = None
+    #: a small build whose inputs the specification is checked against the truth on
+    #: (:mod:`exactformer.verify.certify.spec_check`; None: ``example``)
+    small: dict[str, Any] | None = None
 
     @property
     def parameters(self) -> dict[str, inspect.Parameter]:
@@ -126,11 +129,13 @@ class RegistryError(ValueError):
 
 def construction(name: str, task: type | Task, theorem: str, claim: Claim,
                  sizes: SizeRows | tuple[SizeRows, ...] | NoRows, example: dict[str, Any] | None = None,
-                 all_max_n: int | None = None) -> Callable:
+                 all_max_n: int | None = None, small: dict[str, Any] | None = None) -> Callable:
     """Decorator registering a builder ``f(n, ...) -> CompiledModel`` under ``name``: its task, the
     theorem it builds, the theorem's claim, the size-table rows (or :class:`NoRows`: the reason it
-    has none), a small example build (default ``n=8``) and the largest n ``verify all`` builds it
-    at (``all_max_n``: for a construction verified by running it, whose cost per input grows fast)."""
+    has none), a small example build (default ``n=8``), the largest n ``verify all`` builds it
+    at (``all_max_n``: for a construction verified by running it, whose cost per input grows fast)
+    and the smallest build (``small``, default ``example``: the task's specification is checked
+    against its truth on every input of it before a certificate passes)."""
     if not isinstance(claim, Claim):
         raise RegistryError(f"{name}: claim must be a Claim (what the theorem claims), got {claim!r}")
     rows = (sizes,) if isinstance(sizes, SizeRows) else sizes
@@ -142,7 +147,8 @@ def construction(name: str, task: type | Task, theorem: str, claim: Claim,
 
     def wrap(fn: Callable[..., CompiledModel]) -> Callable[..., CompiledModel]:
         _REGISTRY[name] = Construction(name, fn, task() if isinstance(task, type) else task, theorem, claim,
-                                       tuple(rows), reason, dict(example or {"n": 8}), next(_COUNTER), all_max_n)
+                                       tuple(rows), reason, dict(example or {"n": 8}), next(_COUNTER), all_max_n,
+                                       None if small is None else dict(small))
         fn.construction_name = name  # type: ignore[attr-defined]
         return fn
 

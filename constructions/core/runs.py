@@ -398,6 +398,10 @@ class Lookup:
     query_position: int
     pointer: tuple[tuple[int, int, int], ...]
     answers: tuple[tuple[int, int, int], ...]
+    values: tuple  # the answer each index names (Select.values)
+
+    def positions(self, T: int) -> np.ndarray:
+        return np.array([self.answer_position], dtype=np.int64)
 
     def answer_of(self, tokens: np.ndarray) -> np.ndarray:
         tokens = np.asarray(tokens, dtype=np.int64)
@@ -423,7 +427,7 @@ def lookup_of(select: Select) -> Lookup:
     a = np.flatnonzero(select.answer_of >= 0)
     ptr = _affine_runs(q, select.pointer[q])
     return Lookup(int(select.answer_position), int(select.query_position),
-                  tuple((u0, u1, p0 - u0) for u0, u1, p0 in ptr), _affine_runs(a, select.answer_of[a]))
+                  tuple((u0, u1, p0 - u0) for u0, u1, p0 in ptr), _affine_runs(a, select.answer_of[a]), tuple(select.values))
 
 
 @dataclass(frozen=True)
@@ -447,6 +451,10 @@ class Counting:
     b: int
     negate: bool
     answer_index: tuple[int, int]
+    values: tuple = (0, 1)  # the answer each index names (CountThreshold.values)
+
+    def positions(self, T: int) -> np.ndarray:
+        return np.array([self.answer_position], dtype=np.int64)
 
 
 def spec_runs(spec: Any) -> Lookup | Counting:
@@ -467,7 +475,8 @@ def counting_of(spec: CountThreshold) -> Counting:
         for row in positions:
             runs.append(FeatureRun(int(row[0]), int(row[0]) + 1, tuple(int(p - row[0]) for p in row),
                                    np.asarray(table, dtype=np.int64)))
-    return Counting(int(spec.answer_position), tuple(runs), int(spec.b), bool(spec.negate), tuple(spec.answer_index))
+    return Counting(int(spec.answer_position), tuple(runs), int(spec.b), bool(spec.negate), tuple(spec.answer_index),
+                    tuple(spec.values))
 
 
 # ------------------------------------------------------------------------------------------------

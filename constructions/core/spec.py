@@ -19,6 +19,7 @@ the specification evaluates to the ground truth on all inputs at small N.
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
@@ -29,12 +30,41 @@ from exactformer.constructions.blocks.base import Unproven
 from exactformer.constructions.core.views import Group
 
 
+class Spec(ABC):
+    """What every specification states besides its rule, from the task's definition alone (never
+    from a model's labels or metadata): ``values``, the answer each of its answer indices names
+    (Index Lookup: symbol s for index s; the boolean tasks: 0 and 1), and the positions of an
+    input of T tokens where the answers are read, in the order the task's ``truth`` lists them.
+    The certificates compare a model's answer labels and answer positions with these
+    (:func:`exactformer.verify.certify.layers.task_answers`), and the framework compares the
+    specification with the task's ``truth`` on inputs (:mod:`exactformer.verify.certify.spec_check`)."""
+
+    values: tuple
+
+    @abstractmethod
+    def positions(self, T: int) -> np.ndarray:
+        """The answer positions of an input of ``T`` tokens, in the order of the task's answers."""
+
+    @abstractmethod
+    def indices(self, tokens: Any, domains: Any) -> np.ndarray:
+        """The answer indices [B, A] the specification gives inputs ``tokens`` (token ids [B, T], or
+        :class:`~exactformer.constructions.core.ir.Inputs`) at :meth:`positions` (-1: an input
+        outside the task's precondition)."""
+
+
 @dataclass
-class Select:
+class Select(Spec):
     answer_position: int
     query_position: int
     pointer: np.ndarray  # [d_vocab] position chosen by each query token (-1: not a query token)
     answer_of: np.ndarray  # [d_vocab] index of the answer each token names (-1: none)
+    values: tuple  # the answer each index names
+
+    def positions(self, T: int) -> np.ndarray:
+        return np.array([self.answer_position], dtype=np.int64)
+
+    def indices(self, tokens: Any, domains: Any) -> np.ndarray:
+        return self.evaluate(tokens)[:, None]
 
     def evaluate(self, tokens: np.ndarray) -> np.ndarray:
         t = np.asarray(tokens)
@@ -69,7 +99,7 @@ class Select:
 
 
 @dataclass
-class CountThreshold:
+class CountThreshold(Spec):
     """``answer = [S > b]`` (negated if ``negate``), S = the number of features equal to 1.
 
     ``features``: batches (positions [M, r], table): M features, each the 0/1 function ``table``
@@ -80,6 +110,13 @@ class CountThreshold:
     b: int
     negate: bool
     answer_index: tuple[int, int]  # answer index of "false", "true"
+    values: tuple = (0, 1)  # the answer each index names
+
+    def positions(self, T: int) -> np.ndarray:
+        return np.array([self.answer_position], dtype=np.int64)
+
+    def indices(self, tokens: Any, domains: Any) -> np.ndarray:
+        return self.evaluate(tokens, domains)[:, None]
 
     def evaluate(self, tokens: np.ndarray, domains: Any) -> np.ndarray:
         t = np.asarray(tokens)
@@ -190,7 +227,7 @@ def _first_difference(a: np.ndarray, b: np.ndarray) -> list[int]:
 
 
 @dataclass
-class ExistsMatch:
+class ExistsMatch(Spec):
     """``answer_i = [#{j : key(tok_j) = query(tok_i)} >= 1]`` at every answer position i (j ranges
     over all positions, i included). ``query_of_token`` / ``key_of_token`` [d_vocab]: the task's
     query and key of each token id (-1: none -- a token without a key is never counted, one
@@ -205,6 +242,14 @@ class ExistsMatch:
     query_of_token: np.ndarray
     key_of_token: np.ndarray
     answer_index: tuple[int, int]  # answer index of "false", "true"
+    answer_positions: tuple[int, ...]  # where the task reads answers
+    values: tuple = (0, 1)  # the answer each index names
+
+    def positions(self, T: int) -> np.ndarray:
+        return np.asarray(self.answer_positions, dtype=np.int64)
+
+    def indices(self, tokens: Any, domains: Any) -> np.ndarray:
+        return self.evaluate(tokens)[:, self.positions(np.shape(tokens)[1])]
 
     def evaluate(self, tokens: np.ndarray) -> np.ndarray:
         """Answer indices [B, T] at every position of token ids [B, T]."""
@@ -277,7 +322,7 @@ class ExistsMatch:
 
 
 @dataclass
-class NearestLabel:
+class NearestLabel(Spec):
     """At answer position q the answer is (the answer named by) the token at the *label position*
     of the candidate chosen by a content rule (Theorem 7 and associative recall; see
     :class:`~exactformer.constructions.core.views.ContentRule`): "nearest" -- the candidate whose input
@@ -297,8 +342,17 @@ class NearestLabel:
     candidates: dict[int, np.ndarray]
     label_of: np.ndarray
     answer_of: np.ndarray
+    values: tuple  # the answer each index names
     margin: Any = None
     max_norm_sq: Any = None
+
+    def positions(self, T: int) -> np.ndarray:
+        return np.array(sorted(self.candidates), dtype=np.int64)
+
+    def indices(self, tokens: Any, domains: Any) -> np.ndarray:
+        if self.rule == "nearest":
+            return self.evaluate(tokens.tokens, tokens.vectors.num, tokens.vectors.den)
+        return self.evaluate(tokens)
 
     def evaluate(self, tokens: np.ndarray, vectors: np.ndarray | None = None, scale: int | None = None) -> np.ndarray:
         """Answer indices [B, A] (answer positions in increasing order); ``vectors`` [B, T, d] exact
@@ -377,7 +431,7 @@ REJECT = -1  # the automaton's reject sink: no transition leaves it and it accep
 
 
 @dataclass
-class Automaton:
+class Automaton(Spec):
     """A deterministic finite automaton over token ids: ``delta[q, token]`` is the next state
     (:data:`REJECT`: the reject sink), ``start`` the start state, ``accept[q]`` whether q accepts;
     ``answer_index`` the answer index of (reject, accept)."""
@@ -386,6 +440,14 @@ class Automaton:
     start: int
     accept: np.ndarray  # [Q] bool
     answer_index: tuple[int, int]
+    values: tuple = (False, True)  # the answer each index names
+
+    def positions(self, T: int) -> np.ndarray:
+        """After the last token."""
+        return np.array([T - 1], dtype=np.int64)
+
+    def indices(self, tokens: Any, domains: Any) -> np.ndarray:
+        return self.evaluate(tokens)[:, None]
 
     @property
     def states(self) -> int:

@@ -27,6 +27,13 @@ EXACT_DIGITS = 6  # counts below 10^6 are written out; larger ones as powers whe
 DECIMAL_LIMIT = 10**12  # a larger count that is no such product is written as "about 2^x"
 
 
+def same_answer(a: Any, b: Any) -> bool:
+    """Whether two answers are the same: a model's answer (None: "no answer", as k-hop's ⊥) and a
+    truth (where "no answer" is -1, an array entry) compare as the verifier compares them."""
+    a, b = (-1 if v is None else v for v in (a, b))
+    return bool(a == b)
+
+
 class TaskError(ValueError):
     """A natural input the task does not accept (the message names the parameter and the range)."""
 
@@ -232,6 +239,24 @@ class Batch:
     def take(self, idx: np.ndarray) -> "Batch":
         return Batch(tuple(a[idx] for a in self.arrays), self.tokens[idx], self.truth[idx], self.kind)
 
+    @staticmethod
+    def joinable(a: "Batch", b: "Batch") -> bool:
+        """Whether :meth:`join` can put ``a`` and ``b`` in one batch (token arrays and arrays of the same
+        shapes past the batch axis)."""
+        return (isinstance(a.tokens, np.ndarray) and isinstance(b.tokens, np.ndarray) and a.tokens.shape[1:] == b.tokens.shape[1:]
+                and len(a.arrays) == len(b.arrays) and np.shape(a.truth)[1:] == np.shape(b.truth)[1:]
+                and all(np.shape(x)[1:] == np.shape(y)[1:] for x, y in zip(a.arrays, b.arrays)))
+
+    @staticmethod
+    def join(batches: list["Batch"]) -> "Batch":
+        """One batch holding ``batches`` in order (each pair :meth:`joinable`)."""
+        if len(batches) == 1:
+            return batches[0]
+        kinds = sorted({b.kind for b in batches if b.kind})
+        return Batch(tuple(np.concatenate(parts) for parts in zip(*(b.arrays for b in batches))),
+                     np.concatenate([b.tokens for b in batches]), np.concatenate([np.asarray(b.truth) for b in batches]),
+                     "+".join(kinds))
+
 
 @dataclass
 class Domains:
@@ -285,6 +310,11 @@ class Task(ABC):
     @abstractmethod
     def truth(self, model: Any, *arrays: np.ndarray) -> np.ndarray:
         """The true answers of the inputs held as the task's arrays."""
+
+    def check_params(self, model: Any) -> None:
+        """Raise :class:`TaskError` (or a ValueError) naming a task parameter of ``model`` that does not
+        fit the task (a corrupted feature run reading past N); the verifier reports it instead of
+        running. Tasks whose parameters hold more than sizes override it."""
 
     def spec(self, model: Any) -> Any:
         """The ground truth in the certificate's terms (from the task definition, not the weights);
@@ -342,8 +372,12 @@ class Task(ABC):
         """Named hard inputs (deterministic given the seed), at most ``count``; ``Batch.kind`` names them."""
 
     def candidates(self, model: Any, hint: dict, count: int) -> Iterator[Batch]:
-        """Inputs to try when a proof step fails: planted from ``hint`` first, then adversarial,
-        then sampled (seeded)."""
+        """Inputs to try when a proof step fails: every input where there are at most ``count`` of
+        them (the search is then complete: a wrong answer is found wherever there is one), else
+        planted from ``hint`` first (subclasses), then adversarial, then sampled (seeded)."""
+        if self.count(model) <= count:
+            yield from self.exhaustive(model)
+            return
         yield from self.adversarial(model, count, seed=1)
         yield from self.sample(model, count, seed=2)
 

@@ -495,14 +495,36 @@ def disjointness_features(n: int) -> FeatureRuns:
 
 
 def stored_features(n: int, tp: dict[str, Any]) -> Features:
-    """The features ``task_params`` records (:meth:`Features.task_params`; JSON lists after loading)."""
+    """The features ``task_params`` records (:meth:`Features.task_params`; JSON lists after loading),
+    checked to fit N: ThresholdError naming the task parameter otherwise (a corrupted run that
+    reads past N is a failed report, never an IndexError)."""
     types = [(int(a), tuple(int(v) for v in t)) for a, t in tp["types"]]
+    for i, (a, t) in enumerate(types):
+        if a < 0 or len(t) != 1 << a or any(v not in (0, 1) for v in t):
+            raise ThresholdError(f"task_params.types[{i}]: a 0/1 table of 2^{a} entries, got {len(t)} entries")
+    k = int(tp["k"])
     if "feature_runs" in tp:
         blocks = [FeatureBlock(int(b["first"]), int(b["count"]), tuple(int(v) for v in b["index"]),
                                tuple(int(v) for v in b["step"]), int(b["type"])) for b in tp["feature_runs"]]
-        return FeatureRuns(n, int(tp["k"]), blocks, types)
-    return FeatureTable(n, np.asarray(tp["feature_index"], dtype=np.int64).reshape(-1, int(tp["k"])),
-                        np.asarray(tp["feature_type"], dtype=np.int64), types)
+        first = 1
+        for i, b in enumerate(blocks):
+            last = [s + d * (b.count - 1) for s, d in zip(b.start, b.step)]
+            if (b.first != first or b.count < 1 or len(b.start) != len(b.step) or len(b.start) > k
+                    or any(d not in (0, 1) for d in b.step) or min(b.start, default=1) < 1 or max(last, default=1) > n
+                    or not 0 <= b.type < len(types) or types[b.type][0] != len(b.start)):
+                raise ThresholdError(f"task_params.feature_runs[{i}]: features {b.first} .. {b.first + b.count - 1} must "
+                                     f"follow feature {first - 1} and read indices in [1, {n}] with a type of their arity")
+            first += b.count
+        if first - 1 > n:
+            raise ThresholdError(f"task_params.feature_runs: {first - 1} features, at most N = {n}")
+        return FeatureRuns(n, k, blocks, types)
+    index = np.asarray(tp["feature_index"], dtype=np.int64).reshape(-1, k)
+    ftype = np.asarray(tp["feature_type"], dtype=np.int64)
+    if index.shape[0] != ftype.size or index.shape[0] > n or (index.size and (index.min() < 0 or index.max() > n)) \
+            or (ftype.size and (ftype.min() < -1 or ftype.max() >= len(types))):
+        raise ThresholdError(f"task_params.feature_index / feature_type: at most N = {n} features reading indices in "
+                             f"[1, {n}] (0: an unused slot), each of a type in [-1, {len(types)})")
+    return FeatureTable(n, index, ftype, types)
 
 
 def _bits_of(ints: np.ndarray, n: int) -> np.ndarray:
@@ -739,6 +761,10 @@ class ThresholdTask(_BooleanTask):
 
     def _spec(self, model):
         return threshold_spec(model)
+
+    def check_params(self, model: CompiledModel) -> None:
+        """The stored features fit N (:func:`stored_features`)."""
+        self._spec(model)
 
     def feature_counts(self, model: CompiledModel, x: np.ndarray) -> np.ndarray:
         return feature_values(*_arrays(self._spec(model)[0]), x).sum(axis=1)

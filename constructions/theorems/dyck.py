@@ -252,7 +252,7 @@ CLAIM = Claim("P1 App. E (after Thm 10): a DFA with 7 states for Dyck-(2, 2)", "
 @construction("dyck-rnn", task=DyckTask(), theorem=THEOREM, claim=CLAIM,
               sizes=SizeRows("dyck", (("types", 2), ("depth", 2)), name="dyck-rnn", max_n=MAX_N,
                              note="a ReLU RNN of constant size; N is the input length the bounds are taken at"),
-              example=dict(n=8))
+              example=dict(n=8), small=dict(n=4))
 def dyck_rnn(n: int = 16, types: int = 2, depth: int = 2, precision: Format | str | None = None) -> RNNModel:
     """Bounded Dyck-(k, D) by a ReLU RNN of constant size (P1 App. E): one unit per (DFA state, bracket).
 

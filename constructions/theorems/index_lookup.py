@@ -80,18 +80,23 @@ class IndexLookupTask(Task):
         "tokens": [{"for_each": "symbols", "token": "s{}"}, {"of": "p", "token": "p{}"}],
     }
 
+    @staticmethod
+    def alphabet(model: Any) -> int:
+        """|Sigma|: the task parameter ``alphabet`` (never the model's answer labels)."""
+        return int(model.task_params["alphabet"])
+
     def length(self, model: CompiledModel) -> int:
         return model.n + 1
 
     def domains(self, model: CompiledModel) -> Domains:
-        S, n = len(model.answers), model.n
+        S, n = self.alphabet(model), model.n
         return Domains([np.arange(S), np.arange(S, S + n)], np.r_[np.zeros(n, np.int64), 1])
 
     def domain_runs(self, model: CompiledModel) -> DomainRuns:
         """:meth:`domains` in O(1): the symbols at positions 0 .. N-1, an index token at N."""
         if redefines(self, IndexLookupTask, "domains"):
             return super().domain_runs(model)
-        S, n = len(model.answers), model.n
+        S, n = self.alphabet(model), model.n
         return DomainRuns(np.array([0, n], np.int64), np.array([0, 1], np.int64), [Classes.run(0, S), Classes.run(S, S + n)],
                           n + 1)
 
@@ -99,22 +104,22 @@ class IndexLookupTask(Task):
         return np.asarray(symbols)[np.arange(len(p)), np.asarray(p) - 1]
 
     def spec(self, model: CompiledModel) -> Select:
-        S, n = len(model.answers), model.n
+        S, n = self.alphabet(model), model.n
         pointer = np.full(S + n, -1, dtype=np.int64)
         pointer[S:] = np.arange(n)
         answer_of = np.full(S + n, -1, dtype=np.int64)
         answer_of[:S] = np.arange(S)
-        return Select(n, n, pointer, answer_of)
+        return Select(n, n, pointer, answer_of, tuple(range(S)))
 
     def spec_runs(self, model: CompiledModel) -> Lookup:
         """:meth:`spec` in O(1): index token S + p - 1 looks up position p - 1; symbol s names answer s."""
         if redefines(self, IndexLookupTask, "spec"):
             return super().spec_runs(model)
-        S, n = len(model.answers), model.n
-        return Lookup(n, n, ((S, S + n, -S),), ((0, S, 0),))
+        S, n = self.alphabet(model), model.n
+        return Lookup(n, n, ((S, S + n, -S),), ((0, S, 0),), tuple(range(S)))
 
     def encode_arrays(self, model: CompiledModel, symbols: np.ndarray, p: np.ndarray) -> np.ndarray:
-        S, n = len(model.answers), model.n
+        S, n = self.alphabet(model), model.n
         symbols, p = np.asarray(symbols), np.asarray(p)
         for name, a in (("symbols", symbols), ("p", p)):
             if a.size and not np.issubdtype(a.dtype, np.integer):
@@ -139,12 +144,12 @@ class IndexLookupTask(Task):
                 raise IndexLookupError("an input is (symbols, p): a list of N symbols and a 1-based index p")
             sy, p = e
             if not isinstance(sy, (list, tuple, np.ndarray)):
-                raise IndexLookupError(f"symbols must be a list of N = {model.n} integers in [0, {len(model.answers)}), "
+                raise IndexLookupError(f"symbols must be a list of N = {model.n} integers in [0, {self.alphabet(model)}), "
                                        f"got {type(sy).__name__}")
             if isinstance(p, bool) or not isinstance(p, (int, np.integer)):
                 raise IndexLookupError(f"p must be an integer in [1, {model.n}], got {p!r}")
             if any(isinstance(v, bool) or not isinstance(v, (int, np.integer)) for v in sy):
-                raise IndexLookupError(f"symbols must be integers in [0, {len(model.answers)})")
+                raise IndexLookupError(f"symbols must be integers in [0, {self.alphabet(model)})")
             if len(sy) != model.n:
                 raise IndexLookupError(f"symbols must have length N = {model.n}, got {len(sy)}")
             rows.append(list(sy))
@@ -153,11 +158,11 @@ class IndexLookupTask(Task):
 
     # ---- inputs ------------------------------------------------------------------------------------------
     def count(self, model: CompiledModel) -> int | PowerCount:
-        return power_count(len(model.answers), model.n, model.n)
+        return power_count(self.alphabet(model), model.n, model.n)
 
     def exhaustive(self, model: CompiledModel, batch: int = 4096) -> Iterator[Batch]:
         """Every (s, p): |Sigma|^N * N inputs, symbols in counting order."""
-        S, n = len(model.answers), model.n
+        S, n = self.alphabet(model), model.n
         per = max(1, batch // n)
         for start in range(0, S**n, per):
             ints = np.arange(start, min(S**n, start + per), dtype=np.int64)
@@ -168,7 +173,7 @@ class IndexLookupTask(Task):
         """``count`` inputs from ``np.random.default_rng(seed)``: p uniform in [1, N] for each group
         of ``P_GROUP`` consecutive inputs, symbols uniform and independent for every input."""
         rng = np.random.default_rng(seed)
-        S, n = len(model.answers), model.n
+        S, n = self.alphabet(model), model.n
         for done in range(0, count, batch):
             b = min(batch, count - done)
             p = np.repeat(rng.integers(1, n + 1, size=-(-b // P_GROUP)), P_GROUP)[:b]
@@ -180,7 +185,7 @@ class IndexLookupTask(Task):
         complement when that is a symbol): the largest interference per bit. p shared by groups
         of ``P_GROUP`` (drawn from ``positions`` when given)."""
         rng = np.random.default_rng(seed)
-        S, n = len(model.answers), model.n
+        S, n = self.alphabet(model), model.n
         far = _farthest_symbols(S)
         for done in range(0, count, batch):
             b = min(batch, count - done)
@@ -227,7 +232,7 @@ _SIZE_BOUNDS = ("rnn-index-lookup", "tracr-index-lookup")
                                           "Omega(N) (one-hot positions)", "O(log N)", "Theta(N^2 p) dense weights"),
                               note="one-hot positions: the naive width-Theta(N) construction of P1 Sec. 3 (built up "
                                    "to N = 2^10)")),
-              example=dict(n=16, alphabet=4))
+              example=dict(n=16, alphabet=4), small=dict(n=4, alphabet=2))
 def index_lookup(
     n: int,
     alphabet: int = 64,

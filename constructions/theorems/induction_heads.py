@@ -94,7 +94,8 @@ class KHopTask(SymbolsTask):
 
     def spec(self, model: CompiledModel) -> TokenAt:
         S = self.symbols(model)
-        return TokenAt((sigma_pointer(model.n + 1),) * self._k(model), np.arange(S + 1))
+        return TokenAt((sigma_pointer(model.n + 1),) * self._k(model), np.arange(S + 1), tuple(range(1, model.n + 1)),
+                       tuple(range(S)) + (None,))  # the BOS (token S) names "no answer"
 
     def sample(self, model: CompiledModel, count: int, seed: int) -> Iterator[Batch]:
         rng = np.random.default_rng(seed)
@@ -110,13 +111,6 @@ class KHopTask(SymbolsTask):
             if take.size:
                 yield self.batch(model, take, kind=kind)
                 done += len(take)
-
-    def candidates(self, model: CompiledModel, hint: dict, count: int) -> Iterator[Batch]:
-        """Every input where there are at most ``count`` of them, else the adversarial and sampled ones."""
-        if self.count(model) <= count:
-            yield from self.exhaustive(model)
-        else:
-            yield from super().candidates(model, hint, count)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -285,7 +279,7 @@ _CLAIM_NOTE = "P2 counts heads x embedding dimension; its per-token maps are arb
               claim=Claim("P2 Thm 5.4 (Sec. 5.2)", "O(1)", "O(N^((eps'-eps)/4))", "O(N^eps')", "p-bit words",
                           "sub-linear width (ANNA)", _CLAIM_NOTE),
               sizes=SizeRows("k-hop", (("alphabet", 64),), max_n=1 << 24, note="|Sigma| = 64"),
-              example=dict(n=8, alphabet=3))
+              example=dict(n=8, alphabet=3), small=dict(n=5, alphabet=3))
 def induction_heads(n: int, alphabet: int | None = None, precision: Format | str | None = None) -> CompiledModel:
     """Induction heads (P2 Def. 5.3, Thm 5.4) as a two-layer causal transformer: at position p the
     answer is w_{sigma(p)}, sigma(p) = 1 + (the last q < p with w_q = w_p), None where there is none.
@@ -306,7 +300,7 @@ def induction_heads(n: int, alphabet: int | None = None, precision: Format | str
               claim=Claim("P2 Thm 5.6 (Sec. 5.2)", "O(log k)", "O(N^((eps'-eps)/4))", "O(N^eps')", "p-bit words",
                           "sub-linear width (ANNA), |Sigma| = O(N)", _CLAIM_NOTE),
               sizes=SizeRows("k-hop", (("k", 16), ("alphabet", 64)), max_n=1 << 24, note="k = 16, |Sigma| = 64"),
-              example=dict(n=8, k=3, alphabet=3))
+              example=dict(n=8, k=3, alphabet=3), small=dict(n=5, k=3, alphabet=3))
 def k_hop(n: int, k: int = 2, alphabet: int | None = None, precision: Format | str | None = None) -> CompiledModel:
     """k-hop induction heads (P2 Def. 5.5, Thm 5.6) with floor(log2 k) + 3 layers (k >= 2): at
     position p the answer is w_{sigma^k(p)} (sigma composed k times, "no answer" absorbing), by

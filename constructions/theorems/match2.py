@@ -87,7 +87,7 @@ class Match2Task(Task):
         neither for BOS."""
         M = self.modulus(model)
         r = np.arange(M, dtype=np.int64)
-        return ExistsMatch(np.r_[(M - r) % M, -1], np.r_[r, -1], (0, 1))
+        return ExistsMatch(np.r_[(M - r) % M, -1], np.r_[r, -1], (0, 1), tuple(range(1, model.n + 1)))
 
     # ---- encoding -----------------------------------------------------------------------------------
     def encode_arrays(self, model: CompiledModel, x: np.ndarray) -> np.ndarray:
@@ -222,7 +222,7 @@ def _eta_for(fmt: Format, b: int, n: int) -> Fraction | None:
 
 @construction("match2", task=Match2Task(), theorem=THEOREM,
               claim=Claim("P2 Thm 5.2 (Sec. 5.1)", "1", "1", "embedding dimension 1 (ANNA)", "p-bit words", "O(1) words"),
-              sizes=SizeRows("match2"))
+              sizes=SizeRows("match2"), small=dict(n=4, modulus=3))
 def match2(n: int, modulus: int = 37, eta: Fraction | None = None,
            precision: Format | str | None = None) -> CompiledModel:
     """Match2 (P2 Def. 5.1, Thm 5.2) as one softmax layer with one head: the EMA head lowered

@@ -217,7 +217,8 @@ def _code(values: np.ndarray, b: int, sends: np.ndarray | None = None) -> np.nda
                           "counted): here they are exact ReLU MLPs, counted"),
               sizes=NoRows("prefix-sums", "a library protocol (not in the papers' size claims): its sizes are in "
                                           "docs/mpc.md"),
-              example=dict(n=8, word_bits=3), all_max_n=VERIFY_ALL_N)
+              example=dict(n=8, word_bits=3), all_max_n=VERIFY_ALL_N,
+              small=dict(n=4, word_bits=2))
 def prefix_sums(n: int, word_bits: int = 4, fan_in: int = 2, precision: Format | str | None = None) -> CompiledModel:
     """Prefix sums mod 2^p by the push-only B-ary tree protocol, simulated round for round by a
     bidirectional softmax transformer (P2 Thm 4.1; docs/mpc.md "Weights").

@@ -124,21 +124,25 @@ class MQARTask(Task):
     def alphabet(model: CompiledModel) -> int:
         return int(model.task_params["alphabet"])
 
+    @staticmethod
+    def labels(model: CompiledModel) -> int:
+        return int(model.task_params["labels"])
+
     def length(self, model: CompiledModel) -> int:
         return 2 * model.n - 1
 
     def domains(self, model: CompiledModel) -> Domains:
         if self.variant(model) == "nn":
             return self.nn.domains(model)
-        S, L, T = self.alphabet(model), len(model.answers), self.length(model)
+        S, L, T = self.alphabet(model), self.labels(model), self.length(model)
         return Domains([np.arange(S), np.arange(S, S + L)], np.arange(T) % 2)
 
     def spec(self, model: CompiledModel) -> NearestLabel:
         if self.variant(model) == "nn":
             return self.nn.spec(model)
-        S, L, T, n = self.alphabet(model), len(model.answers), self.length(model), model.n
-        cands = {q: np.arange(0, n, 2, dtype=np.int64) for q in model.answer_positions_for(T)}  # the first half
-        return NearestLabel("equal", cands, label_positions(T), np.r_[np.full(S, -1), np.arange(L)])
+        S, L, T, n = self.alphabet(model), self.labels(model), self.length(model), model.n
+        cands = {q: np.arange(0, n, 2, dtype=np.int64) for q in self.nn.queries(model)}  # the first half
+        return NearestLabel("equal", cands, label_positions(T), np.r_[np.full(S, -1), np.arange(L)], tuple(range(L)))
 
     # ---- truth ----------------------------------------------------------------------------------
     def truth(self, model: CompiledModel, symbols: np.ndarray, labels: np.ndarray) -> np.ndarray:
@@ -151,14 +155,14 @@ class MQARTask(Task):
         perm = np.flatnonzero(np.any(first != second, axis=1))
         if perm.size:
             raise MQARError(f"input {int(perm[0])}: the second half is not a permutation of the first (the precondition)")
-        qs = [q // 2 for q in model.answer_positions_for(2 * n - 1)]
+        qs = [q // 2 for q in self.nn.queries(model)]
         match = s[:, qs][:, :, None] == s[:, None, :half]  # [B, A, N/2]
         return np.take_along_axis(y, np.argmax(match, axis=2), axis=1)
 
     # ---- encoding -------------------------------------------------------------------------------
     def encode_arrays(self, model: CompiledModel, symbols: np.ndarray, labels: np.ndarray) -> Any:
         s, y = np.asarray(symbols), np.asarray(labels)
-        n, S, L = model.n, self.alphabet(model), len(model.answers)
+        n, S, L = model.n, self.alphabet(model), self.labels(model)
         if s.ndim != 2 or s.shape[1] != n or (s.size and (not np.issubdtype(s.dtype, np.integer) or s.min() < 0 or s.max() >= S)):
             raise MQARError(f"symbols must be ints in [0, {S}) of shape [B, {n}]")
         if y.shape != (s.shape[0], n - 1) or (y.size and (not np.issubdtype(y.dtype, np.integer) or y.min() < 0 or y.max() >= L)):
@@ -192,13 +196,13 @@ class MQARTask(Task):
 
     # ---- inputs ---------------------------------------------------------------------------------
     def count(self, model: CompiledModel) -> int | ArrangementCount:
-        n, S, L = model.n, self.alphabet(model), len(model.answers)
+        n, S, L = model.n, self.alphabet(model), self.labels(model)
         return arrangement_count(L, n - 1, S, n // 2)
 
     def exhaustive(self, model: CompiledModel, batch: int = 4096) -> Iterator[Batch]:
         """Every injective first half (lexicographic), every permutation as the second half, every
         label sequence (innermost)."""
-        n, S, L = model.n, self.alphabet(model), len(model.answers)
+        n, S, L = model.n, self.alphabet(model), self.labels(model)
         half = n // 2
         if self.count(model) > EXHAUSTIVE_MAX:
             raise MQARError(f"exhaustive: {self.count(model)} inputs exceed {EXHAUSTIVE_MAX}")
@@ -214,7 +218,7 @@ class MQARTask(Task):
             yield self.batch(model, np.repeat(x, len(Ys), axis=0), np.tile(Ys, (len(x), 1)))
 
     def _random(self, model: CompiledModel, B: int, rng: np.random.Generator, kind: str) -> tuple[np.ndarray, np.ndarray]:
-        n, S, L = model.n, self.alphabet(model), len(model.answers)
+        n, S, L = model.n, self.alphabet(model), self.labels(model)
         half = n // 2
         first = np.argsort(rng.random((B, S)), axis=1)[:, :half]
         if kind == "code-worst":  # the query's symbol among the symbols whose codes correlate most with it
@@ -274,7 +278,8 @@ def _closest_symbols(model: CompiledModel, half: int) -> np.ndarray:
               sizes=(SizeRows("nearest-neighbor", bounds=("rnn-mqar-last",),
                               note="lean variant, |Sigma| = N, the last query answered"),
                      SizeRows("nearest-neighbor", (("queries", "all"),), bounds=("rnn-nearest-neighbor",),
-                              name="mqar-all", note="lean variant, |Sigma| = N, every query answered (Thm 8's setting)")))
+                              name="mqar-all", note="lean variant, |Sigma| = N, every query answered (Thm 8's setting)")),
+              small=dict(n=4))
 def mqar(
     n: int,
     alphabet: int | None = None,

@@ -315,7 +315,12 @@ class NearestNeighborTask(Task):
 
     @staticmethod
     def labels(model: CompiledModel) -> int:
-        return len(model.answers)
+        return int(model.task_params["labels"])
+
+    @staticmethod
+    def queries(model: CompiledModel) -> tuple[int, ...]:
+        """The positions of the answered queries (the task parameter ``queries``: last or all)."""
+        return answer_positions(model.n, model.task_params.get("queries", "last"))
 
     def precondition(self, model: CompiledModel) -> MarginPrecondition:
         tp = model.task_params
@@ -328,9 +333,10 @@ class NearestNeighborTask(Task):
     def spec(self, model: CompiledModel) -> NearestLabel:
         T = self.length(model)
         pre = self.precondition(model)
-        cands = {q: np.arange(0, q, 2, dtype=np.int64) for q in model.answer_positions_for(T)}
+        cands = {q: np.arange(0, q, 2, dtype=np.int64) for q in self.queries(model)}
         answer_of = np.r_[-1, np.arange(self.labels(model))]
-        return NearestLabel("nearest", cands, label_positions(T), answer_of, pre.margin, pre.max_norm_sq)
+        return NearestLabel("nearest", cands, label_positions(T), answer_of, tuple(range(self.labels(model))), pre.margin,
+                            pre.max_norm_sq)
 
     def scale(self, model: CompiledModel) -> int:
         return int(parse_format(model.precision).scale)
@@ -349,7 +355,7 @@ class NearestNeighborTask(Task):
             b, i = bad[0]
             raise NearestNeighborError(f"input {int(b)}: ||x_{int(i) + 1}||^2 = {Fraction(int(norms[b, i]), S * S)} "
                                        f"exceeds {pre.max_norm_sq} (the precondition)")
-        qs = [p // 2 for p in model.answer_positions_for(2 * n - 1)]  # 0-based pair index of each query
+        qs = [p // 2 for p in self.queries(model)]  # 0-based pair index of each query
         jstar = np.empty((B, len(qs)), dtype=np.int64)
         rows = np.arange(B)
         for a, K in enumerate(qs):
@@ -487,7 +493,8 @@ def address_mlp(mb: ModelBuilder, code2: Any) -> None:
                           "the margin gamma >= N^-c allowed by Sec. 5.2's assumptions makes the width N^Theta(c)"),
               # the last query only: Thm 8 (every query answered) does not apply; INDEX does (lower_bounds)
               sizes=SizeRows("nearest-neighbor", bounds=("rnn-nearest-neighbor-last",),
-                             note="d' = 16, margin 1/4, two-code variant, the last query answered"))
+                             note="d' = 16, margin 1/4, two-code variant, the last query answered"),
+              small=dict(n=2))
 def nearest_neighbor(
     n: int,
     d_in: int = 16,

@@ -314,7 +314,7 @@ def _family_vectors(task: Any, model: Any) -> np.ndarray:
     X[..., :4] = cube[idx]
     ok = np.ones(idx.shape[0], dtype=bool)
     g = task.precondition(model).margin
-    for q in model.answer_positions_for(2 * n - 1):
+    for q in task.queries(model):
         K = q // 2
         ip = np.einsum("bnd,bd->bn", X[:, :K], X[:, K])
         top = np.sort(ip, axis=1)

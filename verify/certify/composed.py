@@ -44,16 +44,20 @@ from exactformer.constructions.blocks.base import CertContext, Unproven
 from exactformer.constructions.core.ir import CompiledModel, IRError
 from exactformer.constructions.core.pointers import PointerContext
 from exactformer.constructions.core.runs import Declined
+from exactformer.constructions.core.task import Batch
 from exactformer.constructions.core.views import Box, Group, State, initial_groups, unique_rows
 from exactformer.constructions.core.views_ops import join_views
 from exactformer.precision import Format, float_format
 from exactformer.precision.boxes import arithmetic as make_arithmetic
 from exactformer.verify.certify import pointer, runs
+from exactformer.verify.certify.spec_check import check_spec
 from exactformer.verify.certify.layers import (LayerWeights, computes_all, follows_through, layer_image, owners,
-                                               readout_table, tracked_columns, weight, writes, written_before)
+                                               readout_table, task_answers, tracked_columns, weight, writes,
+                                               written_before)
 
 CANDIDATES = 2048  # inputs the counterexample search runs when a proof step fails
 SEARCH_MAX_TOKENS = 1 << 20  # longer inputs are not run by the search (a failed proof stays "unproven")
+SEARCH_BATCH = 256  # candidate inputs run together by the search
 
 
 @dataclass
@@ -90,6 +94,7 @@ def certify_transformer(model: CompiledModel, fmt: Format, task: Any, device: st
     arithmetic = arithmetic or ("fixed" if fmt.is_exact else fmt.name)
     details["arithmetic"] = arithmetic if arithmetic != "fixed" else fmt.name
     try:
+        task.check_params(model)
         margin = _prove(model, fmt, task, device, details, progress or (lambda s: None), arithmetic)
         return CertificateResult(True, True, "proved for all inputs", margin, None, _public(details),
                                  time.perf_counter() - t0)
@@ -97,6 +102,8 @@ def certify_transformer(model: CompiledModel, fmt: Format, task: Any, device: st
         reason, hint = e.reason, e.hint
     except (IRError, ValueError) as e:
         reason, hint = f"{type(e).__name__}: {e}", {}
+    except KeyError as e:
+        reason, hint = f"a field the certificate reads is missing: {e}", {}
     except Exception as e:  # a certificate never raises on a model; a bug here is reported, never a pass
         reason, hint = f"internal error {type(e).__name__}: {e}", {}
     return refuted(model, task, reason, hint, run_candidates, details, t0)
@@ -127,6 +134,7 @@ def _public(details: dict) -> dict:
 
 def _prove(model: CompiledModel, fmt: Format, task: Any, device: str, details: dict, progress,
            arithmetic: str) -> Fraction:
+    details["spec_check"] = check_spec(task, model)
     arith = make_arithmetic(arithmetic, fmt)
     W = {name: weight(arith, t) for name, t in model.tensors().items()}
     read_fmt = fmt if arithmetic == "fixed" else float_format("float64" if arithmetic == "real" else arithmetic)
@@ -272,6 +280,7 @@ def _readout(ctx: CertContext, state: State, task: Any) -> Fraction:
     ci = state.col_index(np.flatnonzero(np.any(W["unembed.W_U"] != 0, axis=1)))
     rows = state.cols[ci]
     spec = task.spec(model)
+    labels = task_answers(model, spec, ctx.T)
     margin = None
     for g in state.groups:
         if g.follows_any(ci):
@@ -279,7 +288,7 @@ def _readout(ctx: CertContext, state: State, task: Any) -> Fraction:
                            "pointer", {"positions": [int(g.pos[0])]})
         best, mn = readout_table(arith, g.table[..., ci], W["unembed.W_U"][rows], W["unembed.b_U"], int(g.pos[0]))
         margin = mn if margin is None else min(margin, mn)
-        spec.check(g, best, ctx.domains)
+        spec.check(g, labels[best], ctx.domains)
     return Fraction(arith.to_fraction(np.array(margin)))
 
 
@@ -296,13 +305,31 @@ def _search(model: Any, task: Any, hint: dict, run: Callable, candidates: Any = 
         return None, f"no counterexample search: inputs of {T} tokens are longer than the {SEARCH_MAX_TOKENS} it runs"
     n = 0
     try:
-        for batch in (candidates if candidates is not None else task.candidates(model, hint, CANDIDATES)):
+        for batch in _joined(candidates if candidates is not None else task.candidates(model, hint, CANDIDATES)):
             n += len(batch)
             cex = run(model, batch)
             if cex is not None:
                 return cex, f"{n} candidate inputs run"
-    except (ValueError, IRError) as e:
-        return None, f"the counterexample search stopped: {e}"
+    except (ValueError, IRError, IndexError, KeyError) as e:  # candidates a corrupted task cannot even make
+        return None, f"the counterexample search stopped: {type(e).__name__}: {e}"
     except MemoryError:  # an input too large to run here is no answer either way: never a traceback
         return None, f"the counterexample search stopped: out of memory after {n} candidate inputs"
+    if candidates is None and task.count(model) == n:
+        return None, f"every one of the {n} inputs is answered right"
     return None, f"no counterexample among {n} candidate inputs (adversarial, planted and sampled)"
+
+
+def _joined(batches: Any, size: int = SEARCH_BATCH) -> Any:
+    """``batches`` joined in order into batches of about ``size`` inputs (tasks plant candidates one or a
+    few at a time; one executor run per candidate cost more than the run itself). The first wrong
+    answer of a joined batch is the first of the candidates in order."""
+    held: list = []
+    count = 0
+    for b in batches:
+        if held and (count + len(b) > size or not Batch.joinable(held[-1], b)):
+            yield Batch.join(held)
+            held, count = [], 0
+        held.append(b)
+        count += len(b)
+    if held:
+        yield Batch.join(held)

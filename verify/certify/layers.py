@@ -7,7 +7,9 @@ layer over a table of boxes.
 * :func:`tracked_columns`: the columns some read needs from views;
 * :func:`computes_all`: whether each layer must be computed at every position;
 * :func:`layer_image`: residual + heads through W_O and the MLP, exactly over boxes;
-* :func:`readout_table`: the logits' boxes over a view and the answer each assignment proves.
+* :func:`readout_table`: the logits' boxes over a view and the answer each assignment proves;
+* :func:`task_answers`: the model's answer positions and labels against the task's (every engine's
+  last step, and the recurrent certificate's).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import numpy as np
 from exactformer.constructions.blocks.base import Unproven
 from exactformer.constructions.blocks.mlp import mlp_image
 from exactformer.constructions.core.ir import CompiledModel
+from exactformer.constructions.core.task import same_answer
 from exactformer.precision.boxes import Box
 
 
@@ -42,6 +45,13 @@ def owners(model: CompiledModel, W: dict) -> dict[int, dict[int, Any]]:
     for p in model.plan:
         if p.kind == "head":
             out.setdefault(p.layer, {})[p.index] = p.block
+    for li, heads in out.items():
+        causal = model.blocks[li].attn.causal if 0 <= li < len(model.blocks) else None
+        for h, block in heads.items():
+            if causal not in block.masks:
+                raise Unproven(f"blocks.{li}.attn head {h}: {type(block).__name__} is proved for "
+                               f"{' or '.join('causal' if m else 'bidirectional' for m in block.masks)} attention, "
+                               f"the layer is {'causal' if causal else 'bidirectional'}")
     for li, blk in enumerate(model.blocks):
         for h in range(blk.attn.n_heads):
             if h in out.get(li, {}):
@@ -239,3 +249,33 @@ def readout_table(arith: Any, table: Box, W_U: np.ndarray, b_U: np.ndarray, wher
         raise Unproven(f"at position {where} the answer is not determined for view assignment "
                        f"{bad.tolist()} (margin {shown})", {"positions": [where]})
     return best.astype(np.int64), mn
+
+
+def task_answers(model: Any, spec: Any, T: int) -> np.ndarray:
+    """What the last step of every certificate reads before it compares the proved answers with the
+    specification: the model's answer positions (``answer_positions``, what the executor and the
+    exports read the logits at) must be the specification's, in the same order; and the answer each
+    logit stands for (``model.answers[i]``, the label the executor decodes to) is mapped to the
+    specification's index of the same answer (``spec.values``, from the task's definition; -1 for a
+    label that is no answer of the task). The proved answer indices go through this map, so a
+    model whose labels or positions differ from the task's is compared as it runs."""
+    got = np.asarray(model.answer_positions_for(T), dtype=np.int64)
+    want = np.asarray(spec.positions(T), dtype=np.int64)
+    if not np.array_equal(got, want):
+        raise Unproven(f"the model reads its answers at positions {_few(got)}, the task at {_few(want)}",
+                       {"positions": [int(p) for p in want[:4]]})
+    return answer_map(spec.values, model.answers)
+
+
+def answer_map(values: Any, labels: Any) -> np.ndarray:
+    """For each of ``labels``, the index of the same answer in ``values`` (-1: none), answers compared
+    as the verifier compares a model's answer with the truth (:func:`~exactformer.constructions.core.task.same_answer`)."""
+    out = np.full(len(labels), -1, dtype=np.int64)
+    for i, label in enumerate(labels):
+        j = next((j for j, v in enumerate(values) if same_answer(label, v)), -1)
+        out[i] = j
+    return out
+
+
+def _few(positions: np.ndarray) -> str:
+    return str(positions.tolist()) if positions.size <= 6 else f"{positions[:4].tolist()[:-1]}... ({positions.size})"

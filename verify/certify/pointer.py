@@ -39,6 +39,7 @@ from exactformer.constructions.blocks.base import PointerHead, Unproven
 from exactformer.constructions.codes.tokens import max_other_inner
 from exactformer.constructions.core.pointers import Copy, Noisy, PointerContext, Source, TokenAt, Zero, describe
 from exactformer.precision.boxes import Box
+from exactformer.verify.certify.layers import task_answers
 
 MAX_CASES = 1 << 12  # value assignments tried per MLP part
 
@@ -227,10 +228,11 @@ def _readout(ctx: PointerContext, facts: dict[int, Any], task: Any) -> Fraction:
     spec = task.spec(ctx.model)
     if not isinstance(spec, TokenAt):
         raise Unproven("the task's specification is not an answer read at a pointer")
+    labels = task_answers(ctx.model, spec, ctx.T)
     X = ctx.tok_raw(np.array([s.col for s in sources]))  # [d_vocab, |rows|]
     tokens = np.unique(np.concatenate([np.asarray(v) for v in ctx.domains.values]))
     answers, margin = _code_answers(arith, X, W["unembed.W_U"][rows], W["unembed.b_U"], tokens)
-    spec.check(ptr, answers)
+    spec.check(ptr, {t: int(labels[a]) for t, a in answers.items()})
     ctx.details["answer_pointer"] = describe(ptr)
     return Fraction(arith.to_fraction(np.array(margin)))
 

@@ -23,9 +23,14 @@ whose reachable states grow with the input, such as the recurrent Index Lookup) 
 
 Arithmetics: "fixed" is the model's format. "real", "float64" and "float32" (the exported
 ``torch.nn.RNN``) are proved for models with integer weights: the steps are computed in exact
-integers, and every product and partial sum of every step explored must be an integer of magnitude
-below 2^53 (float64), 2^24 (float32), 2^11 (float16) or 2^8 (bfloat16), so that the float run
-equals the exact one in any order of summation.
+integers, and every product and partial sum of every step explored, and of the readout
+``W_U h + b_U`` at every hidden state explored, must be an integer of magnitude below 2^53
+(float64), 2^24 (float32), 2^11 (float16) or 2^8 (bfloat16), so that the float run equals the exact
+one in any order of summation.
+
+The model's answer labels are read (``model.answers``, mapped to the automaton's answers by value)
+and its answer position must be the last token's (``answer_positions`` None), as the executor and
+the exported module read them.
 
 Registered on :func:`exactformer.verify.certify.composed.certify` for :class:`RNNModel`.
 """
@@ -44,6 +49,8 @@ from exactformer.constructions.core.recurrent import RNNModel
 from exactformer.constructions.core.spec import REJECT, Automaton
 from exactformer.precision import FixedPoint, Format
 from exactformer.verify.certify.composed import CertificateResult, certify, refuted
+from exactformer.verify.certify.layers import answer_map
+from exactformer.verify.certify.spec_check import check_spec
 from exactformer.verify.executor.recurrent import Weights, step
 
 MAX_PAIRS = 1 << 16  # (hidden state, automaton state) pairs the exploration may reach
@@ -101,6 +108,10 @@ def prove(model: RNNModel, fmt: Format, spec: Automaton, arithmetic: str, detail
     V = model.d_vocab
     if spec.delta.shape[1] != V:
         raise Unproven(f"the automaton reads {spec.delta.shape[1]} tokens, the model {V}")
+    if model.answer_positions is not None:
+        raise Unproven(f"the model reads its answer at positions {list(model.answer_positions)[:4]}; the certificate "
+                       "proves the answer after the last token of every string")
+    labels = answer_map(spec.values, model.answers)  # the task's index of each logit's answer
     want = np.array(spec.answer_index)
     prod = _Product(np.asarray(w.h0, dtype=np.int64), int(spec.start))
     verdicts: dict[int, tuple[int | None, int]] = {}  # state index -> (answer index or None on a tie, margin)
@@ -130,10 +141,15 @@ def prove(model: RNNModel, fmt: Format, spec: Automaton, arithmetic: str, detail
                     fresh.append(idx)
                 moves.append(((s, q), a, idx, REJECT if q == REJECT else int(spec.delta[q, a])))
         if fresh:
+            if arithmetic in FLOAT_EXACT:  # the readout's sums are rounded in the float too
+                bound = max(bound, w.readout_magnitude(np.stack([prod.rows[i] for i in fresh])))
+                if bound >= FLOAT_EXACT[arithmetic]:
+                    raise Unproven(f"a readout's sum of |products| reaches {bound}, not exact in {arithmetic} (< 2^"
+                                   f"{FLOAT_EXACT[arithmetic].bit_length() - 1} needed)")
             logits = w.readout(np.stack([prod.rows[i] for i in fresh]))
             order = np.argsort(-logits, axis=1, kind="stable")
             top = np.take_along_axis(logits, order[:, :2], axis=1)
-            verdicts.update({i: (int(o) if l1 > l2 else None, int(l1 - l2))
+            verdicts.update({i: (int(labels[o]) if l1 > l2 else None, int(l1 - l2))
                              for i, o, (l1, l2) in zip(fresh, order[:, 0], top)})
             fresh = []
         for parent, a, idx, q2 in moves:
@@ -180,6 +196,7 @@ def certify_recurrent(model: RNNModel, fmt: Format, task: Any, device: str = "cp
         if not isinstance(spec, Automaton):
             raise Unproven(f"the recurrent certificate compares a model with a finite automaton; the task's "
                            f"specification is a {type(spec).__name__}")
+        details["spec_check"] = check_spec(task, model)
         margin, string = prove(model, fmt, spec, arithmetic, details, progress or (lambda s: None))
         if string is None:
             return CertificateResult(True, True, "proved for every string of every length", margin, None, details,
@@ -191,6 +208,8 @@ def certify_recurrent(model: RNNModel, fmt: Format, task: Any, device: str = "cp
         reason = e.reason
     except (ValueError, NotImplementedError) as e:
         reason = f"{type(e).__name__}: {e}"
+    except KeyError as e:
+        reason = f"a field the certificate reads is missing: {e}"
     except Exception as e:  # a certificate never raises on a model; a bug here is reported, never a pass
         reason = f"internal error {type(e).__name__}: {e}"
     return refuted(model, task, reason, {}, run_candidates, details, t0)

@@ -42,8 +42,8 @@ from exactformer.constructions.core.runs import (Classes, Counting, CountVar, De
                                                  PtrVar, RunState, Segment, TokVar, join, run_constant)
 from exactformer.constructions.core.views import unique_rows
 from exactformer.precision.boxes import Box
-from exactformer.verify.certify.layers import (LayerWeights, computes_all, layer_image, readout_table, tracked_columns,
-                                               writes)
+from exactformer.verify.certify.layers import (LayerWeights, computes_all, layer_image, readout_table, task_answers,
+                                               tracked_columns, writes)
 
 
 @dataclass
@@ -92,6 +92,7 @@ def prove(ctx: RunContext, owners: dict[int, dict[int, Any]], read_fmt: Any,
             if np.intersect1d(np.arange(b.col, b.col + b.code.k), tracked).size and not (
                     emb is model.pos_embed and run_constant(b.code)):
                 raise Declined("a code block fills a column that views must track")
+    labels = task_answers(model, ctx.spec, T)
     answers = model.answer_positions_for(T)
     state = RunState(initial_segments(ctx, read_fmt, tracked, answers), tracked)
     nL = len(model.blocks)
@@ -102,7 +103,7 @@ def prove(ctx: RunContext, owners: dict[int, dict[int, Any]], read_fmt: Any,
         need = [(0, T)] if full[li] else answer_runs
         state = _layer(ctx, li, owners.get(li, {}), state, need, last=li == nL - 1)
     progress("readout")
-    return _readout(ctx, state, answer_runs)
+    return _readout(ctx, state, answer_runs, labels)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -226,7 +227,9 @@ def _not_computed(ctx: RunContext, li: int, state: RunState, need: list[tuple[in
 # ------------------------------------------------------------------------------------------------
 
 
-def _readout(ctx: RunContext, state: RunState, answer_runs: list[tuple[int, int]]) -> Fraction:
+def _readout(ctx: RunContext, state: RunState, answer_runs: list[tuple[int, int]], labels: np.ndarray) -> Fraction:
+    """The proved answers (``labels``: the task's index of each logit's answer, :func:`task_answers`)
+    at every answer run against the specification; the smallest margin."""
     arith, W = ctx.arith, ctx.W
     rows = np.flatnonzero(np.any(W["unembed.W_U"] != 0, axis=1))
     ci = state.col_index(np.intersect1d(rows, state.cols))
@@ -237,7 +240,7 @@ def _readout(ctx: RunContext, state: RunState, answer_runs: list[tuple[int, int]
         for g in state.pieces(a, b):
             best, mn = readout_table(arith, g.table[..., ci], W["unembed.W_U"][rows], W["unembed.b_U"], g.start)
             margin = mn if margin is None else min(margin, mn)
-            check_spec(ctx.spec, g, best, ctx.domains)
+            check_spec(ctx.spec, g, labels[best], ctx.domains)
     return Fraction(arith.to_fraction(np.array(margin)))
 
 

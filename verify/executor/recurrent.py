@@ -110,6 +110,12 @@ class Weights:
         a = (np.abs(self.K_ih) @ np.abs(self.E[uniq]).T)[:, inv]
         return int((a + abs(self.K_hh) @ np.abs(h).T + np.abs(self.b)).max(initial=0))
 
+    def readout_magnitude(self, h: np.ndarray) -> int:
+        """The largest sum of |product| over the terms of one logit, ``W_U h + b_U``, for hidden states
+        [B, H] (integer weights): a bound on every partial sum of the readout, in any order."""
+        W = np.abs(np.asarray(self.readout_W, dtype=object if self.readout_W.dtype == object else np.int64))
+        return int((np.abs(h) @ W[:-1] + W[-1]).max(initial=0))
+
     @property
     def entries(self) -> int:
         """Stored entries per unit (the batch sizing's cost per input and unit)."""
