@@ -27,7 +27,7 @@ import numpy as np
 import pytest
 
 from exactformer.constructions.core import registry
-from exactformer.verify.verifier import VerifyError, verify
+from exactformer.verify.verifier import VerifyError, certificate_refusal, verify
 from fields import doc_key, get, group_key, leaves, mutants
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "architecture.md"
@@ -38,24 +38,25 @@ def _small(name: str):
     return entry.builder(**(entry.small or entry.example))
 
 
-def _report(model, mode):
+def _report(model, mode, arithmetic="fixed"):
     """The verifier's report, or None where it refuses the model with a clear error (VerifyError)."""
     try:
-        return verify(model, mode)
+        return verify(model, mode, arithmetic=arithmetic)
     except VerifyError:
         return None
 
 
-def _judge(name: str, what: str, mutant) -> str:
-    """Certify then (where it passed) enumerate ``mutant``; return the outcome's kind."""
+def _judge(name: str, what: str, mutant, arithmetic: str = "fixed") -> str:
+    """Certify then (where it passed) enumerate ``mutant`` in ``arithmetic`` (a float: through the
+    exported torch module); return the outcome's kind."""
     if mutant is None:
         return "unmakeable"
     modes = registry.task_of(mutant).modes if mutant.construction in registry.names() else ()
-    cert = _report(mutant, "certify") if "certify" in modes else None
+    cert = _report(mutant, "certify", arithmetic) if "certify" in modes else None
     if cert is not None:
         assert "internal error" not in cert.reason, f"{name}: {what}: {cert.reason}"
     if cert is not None and cert.passed:
-        exh = _report(mutant, "exhaustive")
+        exh = _report(mutant, "exhaustive", arithmetic)
         assert exh is not None and exh.passed, (
             f"{name}: certified a mutant that is wrong ({what}): "
             f"{exh.counterexample if exh is not None else 'exhaustive refused it'}")
@@ -64,12 +65,13 @@ def _judge(name: str, what: str, mutant) -> str:
         return "refuted"
     if cert is None and "certify" in modes:
         return "refused"
-    exh = _report(mutant, "exhaustive")  # no proof: the mutant runs or is reported, never raises
+    exh = _report(mutant, "exhaustive", arithmetic)  # no proof: the mutant runs or is reported, never raises
     return "unproven" if exh is None or not exh.passed else "unproven-correct"
 
 
-def _run(name: str, pick) -> None:
-    """Judge the mutants ``pick(path, what, seen)`` selects; check every field with a value was changed."""
+def _run(name: str, pick, arithmetic: str = "fixed") -> None:
+    """Judge the mutants ``pick(value, path, what, seen)`` selects in ``arithmetic``; check every field
+    with a value was changed."""
     model = _small(name)
     kinds: dict[str, int] = {}
     seen: set = set()
@@ -77,7 +79,7 @@ def _run(name: str, pick) -> None:
     for what, path, mutant in mutants(model):
         if not pick(get(model, path), path, what, seen):
             continue
-        kind = _judge(name, what, mutant)
+        kind = _judge(name, what, mutant, arithmetic)
         kinds[kind] = kinds.get(kind, 0) + 1
         if mutant is not None:
             mutated.add(doc_key(path))
@@ -86,7 +88,7 @@ def _run(name: str, pick) -> None:
     fields = {doc_key(p) for p, v in leaves(model)
               if not (v is None or (isinstance(v, (tuple, list, dict)) and not v) or np.size(getattr(v, "num", v)) == 0)}
     assert fields <= mutated, sorted(fields - mutated)[:5]
-    if "certify" in registry.task_of(model).modes and verify(model, "certify").passed:
+    if "certify" in registry.task_of(model).modes and verify(model, "certify", arithmetic=arithmetic).passed:
         assert kinds.get("proved", 0) > 0, kinds  # the metadata changes still prove: not a refusal machine
 
 
@@ -117,6 +119,16 @@ def test_every_field_mutated(name):
 @pytest.mark.parametrize("name", registry.names())
 def test_every_field_of_every_layer_mutated(name):
     _run(name, _each_group)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", registry.names())
+def test_every_field_mutated_in_float32(name):
+    """The same in float32: a mutant certified there is answered right by the exported torch module."""
+    model = _small(name)
+    if "certify" not in registry.task_of(model).modes or certificate_refusal(model, "float32") is not None:
+        pytest.skip(f"no float32 certificate covers {name}")
+    _run(name, _first_of_each_field, "float32")
 
 
 def _doc_rows() -> set[str]:
