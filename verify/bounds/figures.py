@@ -76,18 +76,30 @@ def family_series(family: str, ns: list[int], provider: SizeProvider | None = No
             if lb.BOUNDS[k].explicit]
     for k in keys:
         b = lb.BOUNDS[k]
-        name = f"{b.model} ({b.short}): {b.formula}"
-        units = Series(name, "", b.kind, "units")
-        bits = Series(name, "; bits", b.kind, "bits")
-        for n in ns:
-            p = reference_p(n)
-            u, bb = lb.evaluate(b, n, p)
-            if u is not None:
-                units.points.append((n, u, p))
-            if bb is not None:
-                bits.points.append((n, bb, p))
-        out += [x for x in (units, bits) if x.points]
+        for params in _bound_params(b, [s for s in specs if k in s.bound_keys]):
+            where = "".join(f", {name} = {v}" for name, v in params.items())
+            name = f"{b.model} ({b.short}{where}): {b.formula}"
+            units = Series(name, "", b.kind, "units")
+            bits = Series(name, "; bits", b.kind, "bits")
+            for n in ns:
+                p = reference_p(n)
+                u, bb = lb.evaluate(b, n, p, params)
+                if u is not None:
+                    units.points.append((n, u, p))
+                if bb is not None:
+                    bits.points.append((n, bb, p))
+            out += [x for x in (units, bits) if x.points]
     return out
+
+
+def _bound_params(b: lb.Bound, specs: list[SizeSpec]) -> list[dict[str, Any]]:
+    """The parameters a family figure draws bound ``b`` at: those of each spec that lists it (each
+    set once), or none for a bound without parameters; a bound that needs parameters no spec gives
+    is not drawn."""
+    if not b.params:
+        return [{}]
+    sets = [s.bound_params(b.key) for s in specs]
+    return [dict(t) for t in dict.fromkeys(tuple(d.items()) for d in sets)]
 
 
 def series_csv(series: list[Series]) -> str:
