@@ -82,6 +82,7 @@ class Report:
     samples: int | None = None  # sample mode: the random inputs asked for (the rest of inputs_covered: adversarial)
     input_count: str = ""  # the number of distinct inputs, short (:func:`format_count`)
     input_count_log2: float | None = None  # its log2 (None: too many to count)
+    d_mlp: int = 0  # the most MLP hidden units of a layer: not in the width (P1's max(m, d)), shown beside it
 
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
@@ -104,7 +105,7 @@ def _base(model: CompiledModel, fmt: Format, mode: str, seed: int | None) -> dic
     return dict(construction=model.construction, theorem=model.theorem, n=model.n, mode=mode, seed=seed,
                 precision=fmt.name, precision_bits=bits, eta=None if eta is None else str(eta),
                 eta_paper=_param(model, "eta_paper"), k=_param(model, "k"), layers=model.n_layers,
-                heads=model.n_heads, width=model.width, size_bits=model.size_bits(bits))
+                heads=model.n_heads, width=model.width, d_mlp=model.d_mlp, size_bits=model.size_bits(bits))
 
 
 #: the float dtypes torch runs the exported model in (and the certificates enclose, precision/boxes.py)

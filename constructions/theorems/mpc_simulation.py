@@ -214,7 +214,8 @@ def _code(values: np.ndarray, b: int, sends: np.ndarray | None = None) -> np.nda
               claim=Claim("P2 Thm 4.1 (Sec. 4.1)", "O(R) = 2 ceil(log_B N)", "O(N^((eps'-eps)/4))", "O(N^eps')",
                           "p-bit words", "R rounds, s = N^eps words per machine",
                           "P2 counts heads x embedding dimension; its per-token maps are arbitrary functions (not "
-                          "counted): here they are exact ReLU MLPs, counted"),
+                          "counted): here they are exact ReLU MLPs of O(B^2 2^p) units per layer, in the parameters "
+                          "and shown as MLP units beside the width, not in it"),
               sizes=NoRows("prefix-sums", "a library protocol (not in the papers' size claims): its sizes are in "
                                           "docs/mpc.md"),
               example=dict(n=8, word_bits=3), all_max_n=VERIFY_ALL_N)

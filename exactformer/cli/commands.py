@@ -320,7 +320,7 @@ def _emit_report(report: Report, as_json: bool) -> None:
             rows.append(["mode chosen", d["mode_reason"]])
         rows.append(["inputs", inputs_text(report)])
         rows += [[k, d[k]] for k in ("theorem", "precision", "precision_bits", "eta", "eta_paper", "k", "layers",
-                                     "heads", "width", "size_bits", "min_margin")]
+                                     "heads", "width", "d_mlp", "size_bits", "min_margin")]
         rows += _counts_rows(d["counts"])
         if d["counterexample"]:
             rows.append(["counterexample", json.dumps(d["counterexample"], default=str)])
@@ -421,12 +421,12 @@ def _verify_all(kw: dict[str, Any]) -> None:
         print_json({"n": n, "mode": v.mode, "samples": samples, "seed": v.seed or 0, "passed": passed,
                     "reports": [rep.to_dict() | {"name": r.name, "note": r.note} for r, rep in zip(rows, reports)]})
     else:
-        table = [[r.name, rep.theorem.split(" (")[0], rep.layers, rep.heads, rep.width, rep.precision,
+        table = [[r.name, rep.theorem.split(" (")[0], rep.layers, rep.heads, rep.width, rep.d_mlp, rep.precision,
                   rep.precision_bits, rep.size_bits, rep.mode + (" (see note)" if r.note else ""), inputs_text(rep),
                   "PASS" if rep.passed else "FAIL", f"{rep.seconds:.2f}"] for r, rep in zip(rows, reports)]
         print_table(f"exactformer: every construction at n = {n}",
-                    ["construction", "theorem", "layers", "heads", "width", "precision", "bits", "size (bits)", "mode",
-                     "inputs", "result", "seconds"], table)
+                    ["construction", "theorem", "layers", "heads", "width", "MLP units", "precision", "bits",
+                     "size (bits)", "mode", "inputs", "result", "seconds"], table)
         for r, rep in zip(rows, reports):
             if r.note or not rep.passed:
                 typer.echo(f"{r.name}: {'; '.join(x for x in (r.note, None if rep.passed else rep.reason) if x)}")
