@@ -302,14 +302,21 @@ def lacks(name: str, mode: str) -> str:
     return f"no certificate for {name}" if mode == "certify" else f"no {mode} mode for {name}"
 
 
+def fixed_point_only_heads(model: Any) -> list[str]:
+    """The blocks of ``model``'s heads whose local certificates prove them in the fixed-point format
+    only (``HeadBlock.fixed_point_only``). The one source of "certified in float": the mode choice
+    and its refusals (:func:`certificate_refusal`), the manifest ``xf.save`` writes
+    (:func:`certified_arithmetics`) and the modes table of docs/cli.md read it."""
+    return sorted({type(p.block).__name__ for p in check_model(model).plan
+                   if p.kind == "head" and p.block.fixed_point_only})
+
+
 def certificate_refusal(model: Any, arithmetic: str) -> str | None:
     """Why no certificate covers ``model`` run in ``arithmetic`` (a head of its plan whose block is
-    certified in fixed point only: the pointer certificate), or None. It only steers the choice of
-    a mode; the certificate itself never trusts the plan."""
+    certified in fixed point only: :func:`fixed_point_only_heads`), or None. It only steers the
+    choice of a mode; the certificate itself never trusts the plan."""
     model = check_model(model)
-    if arithmetic == "fixed":
-        return None
-    only = sorted({type(p.block).__name__ for p in model.plan if p.kind == "head" and p.block.fixed_point_only})
+    only = [] if arithmetic == "fixed" else fixed_point_only_heads(model)
     if not only:
         return None
     return (f"no certificate for {model.construction} in {arithmetic}: its {', '.join(only)} heads are certified "

@@ -340,7 +340,8 @@ def prefix_sums(n: int, word_bits: int = 4, fan_in: int = 2, precision: Format |
             "precision_bits": Param(fmt.bits, "bits of one number in the format"),
             "arithmetics": Param([fmt.name, "real", "float64", "float32"],
                                  "fixed point: exact (c <= 1 per head); reals and floats: eta keeps every step "
-                                 "within its margin"),
+                                 "within its margin (the builder's argument, not a certificate: it is verified by "
+                                 "running it)"),
         })
     model.weights_raw(fmt)
     return model

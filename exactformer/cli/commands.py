@@ -379,7 +379,7 @@ def _plan(name: str, model: Any, v: _Verification, n: int) -> _Row:
         notes.append(f"built at n = {model.n}, the largest `verify all` runs it at (it is verified by running it)")
     mode = v.mode
     if mode is not None and mode not in task.modes:
-        notes.append(f"{lacks(name, mode)} (its modes: {' | '.join(task.modes)}): ran in its strongest")
+        notes.append(lacking_note(name, task, mode))
         mode = None
     elif mode == "certify" and certificate_refusal(model, v.arithmetic):
         notes.append(f"{certificate_refusal(model, v.arithmetic)}: ran in its strongest other mode")
@@ -391,6 +391,11 @@ def _plan(name: str, model: Any, v: _Verification, n: int) -> _Row:
     sampled = chosen == "sample"
     options = replace(v, mode=mode, samples=v.samples if sampled else None, seed=v.seed if sampled else None)
     return _Row(name, model, chosen, options, "; ".join(notes) or None)
+
+
+def lacking_note(name: str, task: Any, mode: str) -> str:
+    """``verify all``'s note on a row whose construction does not have the --mode asked for."""
+    return f"{lacks(name, mode)} (its modes: {' | '.join(task.modes)}): ran in its strongest"
 
 
 def _verify_all(kw: dict[str, Any]) -> None:
