@@ -448,3 +448,31 @@ def test_verify_all_in_float64_passes_in_the_strongest_mode_that_applies():
         c = registry.get(x["name"])
         certifiable = "certify" in c.task.modes and not certificate_refusal(c.builder(x["n"]), "float64")
         assert (x["mode"] == "certify") == certifiable, x
+
+
+# ---- a target, and each option once -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("command,words", [("verify", ("verify: a target is required", "all, or a DIR")),
+                                           ("build", ("build: a target is required", "a construction"))])
+def test_a_missing_target_is_bad_input(command, words):
+    """`exactformer verify` without a target printed the group's help and exited 0."""
+    r = invoke(command)
+    assert bad(r, *words) and r.stderr.count("\n") == 1 and r.stdout == ""
+
+
+@pytest.mark.parametrize("args,option", [
+    (("verify", "index-lookup", "--n", "8", "--n", "16", "--alphabet", "4"), "--n"),  # took the last, silently
+    (("verify", "index-lookup", "--n=8", "--alphabet", "4", "--n", "8"), "--n"),
+    (("build", "equality", "--n", "8", "--out", "a", "--out", "b"), "--out"),
+    (("sizes", "--n-min", "16", "--n-min", "32"), "--n-min"),
+    (("verify", "equality", "--n", "8", "--json", "--json"), "--json"),
+])
+def test_a_repeated_option_is_refused(args, option):
+    line = bad(invoke(*args), option, "given 2 times")
+    assert line.endswith("give it once")
+
+
+def test_repeatable_options_stay_repeatable():
+    r = invoke("sizes", "--construction", "equality", "--construction", "index-lookup", "--n-max", "64", "--csv")
+    assert r.exit_code == 0 and {line.split(",")[0] for line in r.stdout.splitlines()[1:]} == {"equality", "index-lookup"}

@@ -13,14 +13,17 @@ from __future__ import annotations
 import inspect
 import json
 import time
+from collections import Counter
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, NoReturn, Optional
 
 import typer
+from typer.core import TyperCommand
 
 import exactformer as xf
 from exactformer.arguments import ArgumentError, parse_int
+from exactformer.cli.main import click_errors
 from exactformer.cli.options import builder_kwargs, command, construction_options
 from exactformer.cli.output import EXIT_FAILED, Steps, fail, print_json, print_table
 from exactformer.constructions.core import registry
@@ -44,10 +47,24 @@ ALL_SAMPLES = 100
 # ------------------------------------------------------------------------------------------------
 
 
+class _OnceCommand(TyperCommand):
+    """A command whose options are given at most once each (those declared repeatable aside): click
+    would keep the last of ``--n 8 --n 16`` silently; a repeated option is refused (exit 2)."""
+
+    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
+        if not ctx.resilient_parsing:
+            _, _, order = self.make_parser(ctx).parse_args(args=list(args))
+            given = Counter(p for p in order if p.param_type_name == "option" and not p.multiple and not p.count)
+            for p, times in given.items():
+                if times > 1:
+                    raise click_errors.UsageError(f"{p.opts[0]}: given {times} times; give it once", ctx)
+        return super().parse_args(ctx, args)
+
+
 def typer_command(name: str, fn: Any, help: str, short_help: str | None = None) -> Any:
-    """A click command from a function with typer options."""
+    """A click command from a function with typer options (each option at most once)."""
     t = typer.Typer(rich_markup_mode=None, add_completion=False)
-    t.command(name, help=help, short_help=short_help)(fn)
+    t.command(name, help=help, short_help=short_help, cls=_OnceCommand)(fn)
     cmd = typer.main.get_command(t)
     cmd.name = name
     return cmd

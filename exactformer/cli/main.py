@@ -29,6 +29,8 @@ except ImportError:  # pragma: no cover - older typer uses click itself
 from exactformer.cli.output import EXIT_BAD_INPUT, EXIT_FAILED, report_error
 
 TARGET = "<construction|DIR|all>"
+#: what ``build`` and ``verify`` need as their first argument, for the error without one
+TARGETS = {"build": "a construction", "verify": "a construction, all, or a DIR written by `exactformer build`"}
 #: commands besides build and verify: (module, function, help), imported when resolved
 OTHER_COMMANDS = {
     "positions": ("exactformer.cli.positions", "positions",
@@ -64,6 +66,10 @@ class _Root(TyperGroup):
         try:
             code = super().main(argv, prog_name or "exactformer", complete_var, standalone_mode=False, **extra)
         except click_errors.NoArgsIsHelpError as e:
+            if e.ctx.parent is not None:  # `build` or `verify` without its target: bad input, not a help request
+                report_error(f"{e.ctx.command_path}: a target is required: {TARGETS[e.ctx.info_name]}; "
+                             f"`{e.ctx.command_path} --help` lists them", "--json" in argv)
+                sys.exit(EXIT_BAD_INPUT)
             e.show()
             sys.exit(0)
         except click_errors.ClickException as e:
