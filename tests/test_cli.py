@@ -476,3 +476,24 @@ def test_a_repeated_option_is_refused(args, option):
 def test_repeatable_options_stay_repeatable():
     r = invoke("sizes", "--construction", "equality", "--construction", "index-lookup", "--n-max", "64", "--csv")
     assert r.exit_code == 0 and {line.split(",")[0] for line in r.stdout.splitlines()[1:]} == {"equality", "index-lookup"}
+
+
+def test_device_cuda_is_refused_before_the_heavy_imports():
+    """`--device cuda` without CUDA took 8-13 s to refuse (torch imported, then the commands): the
+    refusal now comes before the command's modules and torch are imported (the same line, exit 2),
+    and cuda_available() answers without torch where no driver's device node exists."""
+    from exactformer.precision import cuda_available
+
+    if cuda_available():
+        pytest.skip("this machine has a CUDA device")
+    code = ("import sys\nfrom exactformer.precision import cuda_available\nassert not cuda_available()\n"
+            "print('torch' in sys.modules)\nfrom exactformer.cli.main import app\n"
+            "try:\n    app(['verify', 'index-lookup', '--n', '8', '--device', 'cuda'])\nexcept SystemExit as e:\n"
+            "    print(e.code, 'torch' in sys.modules, 'exactformer.cli.commands' in sys.modules)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert out.stdout.split() == ["False", "2", "False", "False"], out.stdout + out.stderr
+    assert out.stderr.strip() == "error: --device: cuda: no CUDA device is available (use cpu)"
+    for args in (("verify", "all", "--device=cuda"), ("positions", "--n", "64", "--device", "cuda")):
+        bad(invoke(*args), "--device", "no CUDA device")
+    with pytest.raises(xf.VerifyError, match="device: cuda: no CUDA device"):
+        xf.verify(xf.build("equality", n=8), device="cuda")

@@ -26,7 +26,7 @@ import numpy as np
 from exactformer.constructions.core import registry
 from exactformer.constructions.core.ir import CompiledModel, IRError, ModelIR
 from exactformer.constructions.core.task import EXHAUSTIVE_LIMIT, MODES, Batch, Task, count_log2, format_count, inputs_phrase
-from exactformer.precision import Format, float_format, parse_format
+from exactformer.precision import NO_CUDA, Format, cuda_available, float_format, parse_format
 from exactformer.verify.certify.composed import certify
 from exactformer.verify.executor.exact import run
 
@@ -216,11 +216,8 @@ def check_device(device: str) -> str:
     """cpu, or cuda where a CUDA device is available."""
     if device not in DEVICES:
         raise VerifyError("device", f"must be one of {' | '.join(DEVICES)}, got {device!r}")
-    if device == "cuda":
-        import torch
-
-        if not torch.cuda.is_available():
-            raise VerifyError("device", "cuda: no CUDA device is available (use cpu)")
+    if device == "cuda" and not cuda_available():
+        raise VerifyError("device", NO_CUDA)
     return device
 
 
