@@ -4,6 +4,7 @@ input counts are written short everywhere (no thousand-digit numbers, no int-to-
 from __future__ import annotations
 
 import json
+import re
 import math
 from pathlib import Path
 
@@ -132,6 +133,17 @@ def test_features_may_be_a_json_file_from_python_too(monkeypatch):
     with pytest.raises(ValueError, match="^features: no such file 'nofile.json'") as e:
         xf.build("threshold", n=16, features="nofile.json")
     assert cli_error("verify", "threshold", "--n", "16", "--features", "nofile.json") == f"--{e.value}"
+
+
+@pytest.mark.parametrize("content,holds", [('"hello"', 'a JSON string ("hello")'), ("3", "a JSON number (3)"),
+                                           ('{"count": 2}', 'a JSON object ({"count": 2})'), ("null", "JSON null (null)")])
+def test_a_features_file_holding_no_list_says_what_it_holds(tmp_path, content, holds):
+    """A features file holding a JSON string was read as a file name ("no such file 'hello'")."""
+    path = tmp_path / "f.json"
+    path.write_text(content)
+    with pytest.raises(ValueError, match=f"^features: {re.escape(str(path))} holds {re.escape(holds)}, not a list") as e:
+        xf.build("threshold", n=16, features=str(path), b=2)
+    assert cli_error("verify", "threshold", "--n", "16", "--features", str(path)) == f"--{e.value}"
 
 
 def test_clauses_and_terms_as_the_command_line_writes_them():
