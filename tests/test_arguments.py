@@ -95,6 +95,23 @@ def test_save_refuses_what_is_not_a_weight_model(tmp_path):
     assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
 
 
+@pytest.mark.parametrize("name,kw", [("equality", dict(n=8)), ("dyck-rnn", dict(n=8))])
+def test_save_onto_a_file_is_one_line_naming_out_dir(tmp_path, name, kw):
+    """xf.save onto an existing file raised a bare FileExistsError; a directory under a file, a bare
+    NotADirectoryError. An earlier export's directory is written again (its files replaced)."""
+    m = xf.build(name, **kw)
+    taken = tmp_path / "taken"
+    taken.write_text("not a model")
+    with pytest.raises(ValueError, match=r"^out_dir: '.*taken' is an existing file, not a directory; give a directory"):
+        xf.save(m, taken, certify=False)
+    with pytest.raises(ValueError, match=r"^out_dir: cannot create '.*taken/sub': Not a directory$"):
+        xf.save(m, taken / "sub", certify=False)
+    assert taken.read_text() == "not a model"
+    for _ in range(2):
+        xf.save(m, tmp_path / "again", certify=False)
+    assert xf.load(tmp_path / "again").compiled.fingerprint() == m.compiled.fingerprint()
+
+
 def test_a_mode_the_construction_lacks_is_bad_input(uncertified):
     h = xf.build(uncertified, n=64)
     with pytest.raises(VerifyError, match=rf"^mode: no certificate for {uncertified}; its modes: exhaustive \| sample"):
