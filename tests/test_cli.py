@@ -216,8 +216,14 @@ def test_find_min_precision_table_and_json():
     assert r.exit_code == 0 and d["passed"] and d["min_value"] in d["passing"] and d["precision"].startswith("binary:")
     assert {"construction", "n", "mode", "kind", "checked_up_to", "results"} <= set(d)
     assert all({"value", "precision", "passed", "reason"} == set(x) for x in d["results"])
+    # it scans the frac bits at int=6 and says so (it reported "the smallest precision")
+    assert d["scanned"] == f"frac bits 1..{d['checked_up_to']} at int=6"
+    r = invoke("verify", "index-lookup", "--n", "16", "--alphabet", "4", "--find-min-precision")
+    assert r.stdout.splitlines()[0].startswith("smallest frac bits at int=6 that certifies index-lookup n=16 (scanned "
+                                                "frac bits 1..")
     r = invoke("verify", "index-lookup", "--n", "16", "--alphabet", "4", "--find-min-precision", "--scan", "paper")
     assert r.exit_code == 0 and "paper:n=16,kc=" in r.stdout and "{'" not in r.stdout
+    assert r.stdout.startswith("smallest kc that certifies index-lookup n=16 (scanned kc 1..")
 
 
 # ---- verify all ---------------------------------------------------------------------------------------------------------

@@ -147,8 +147,9 @@ VERIFY_OPTIONS = [
 ]
 FIND_MIN_OPTIONS = [
     _opt("find_min_precision", bool, typer.Option(
-        False, "--find-min-precision", help="instead of verifying: the smallest precision that certifies, scanning "
-                                            "upward (see --scan); exit 1 if none up to the top of the scan does")),
+        False, "--find-min-precision", help="instead of verifying: the smallest frac bits at int=6 (--scan binary) "
+                                            "or kc (--scan paper) that certifies, scanning upward; the integer bits are "
+                                            "not varied. Exit 1 if none up to the top of the scan does")),
     _opt("scan", Optional[str], typer.Option(
         None, "--scan", metavar="KIND", show_default=False,
         help="with --find-min-precision: binary (frac bits 1..24 at int=6; the default) | paper (kc 1..4 of App. B.2)")),
@@ -355,7 +356,7 @@ def _find_min(name: str, model: CompiledModel, kwargs: dict[str, Any], kind: str
     t0 = time.perf_counter()
     res = find_min_precision(lambda fmt: builder(**(kwargs | {"precision": fmt})), kind=kind, n=model.n, device=device)
     return {"construction": name, "theorem": model.theorem, "n": model.n, "mode": "find-min-precision", "kind": kind,
-            "passed": res.value is not None, "min_value": res.value, "precision": res.format,
+            "scanned": res.scanned, "passed": res.value is not None, "min_value": res.value, "precision": res.format,
             "passing": res.passing, "checked_up_to": res.checked_up_to,
             "results": [{"value": v, "precision": r["format"], "passed": r["passed"], "reason": r["reason"]}
                         for v, r in res.results.items()],
@@ -367,8 +368,9 @@ def _emit_scan(out: dict[str, Any], as_json: bool) -> None:
         print_json(out)
     else:
         what = "frac bits (int=6)" if out["kind"] == "binary" else "kc"
-        print_table(f"smallest precision of {out['construction']} n={out['n']}: {out['precision'] or 'none found'}",
-                    [what, "precision", "certified", "reason"],
+        smallest = "frac bits at int=6" if out["kind"] == "binary" else "kc"
+        print_table(f"smallest {smallest} that certifies {out['construction']} n={out['n']} (scanned {out['scanned']}): "
+                    f"{out['precision'] or 'none found'}", [what, "precision", "certified", "reason"],
                     [[r["value"], r["precision"], "yes" if r["passed"] else "no", r["reason"]] for r in out["results"]])
     if not out["passed"]:
         raise typer.Exit(EXIT_FAILED)
