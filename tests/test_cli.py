@@ -503,3 +503,21 @@ def test_device_cuda_is_refused_before_the_heavy_imports():
         bad(invoke(*args), "--device", "no CUDA device")
     with pytest.raises(xf.VerifyError, match="device: cuda: no CUDA device"):
         xf.verify(xf.build("equality", n=8), device="cuda")
+
+
+def test_tables_on_an_80_column_terminal_split_no_number():
+    """A boxed table at 80 columns folded 65536 into 655 / 36; now text wraps at spaces and columns
+    that do not fit go into a continued table repeating the first column."""
+    from exactformer.cli.output import column_groups, print_table
+    from exactformer.verify.bounds import sizes as sz
+
+    doc = sz.report([sz.SIZE_SPECS["index-lookup"]], [1 << 16, 1 << 20], sz.committed_sizes())
+    head, cells = sz.spec_table(doc, "index-lookup")
+    buf = io.StringIO()
+    print_table("index-lookup", head, cells, console=Console(file=buf, force_terminal=True, width=80, color_system=None))
+    text = buf.getvalue()
+    assert max(len(line) for line in text.splitlines()) <= 80
+    numbers = {v for row in cells for v in row if v.replace("^", "").isdigit()}
+    assert len(numbers) > 8 and all(re.search(rf"(?<![\w^]){re.escape(v)}(?![\w^])", text) for v in numbers)
+    assert "(continued)" in text and text.count("2^16") >= 2  # the first column in every part
+    assert column_groups([4, 10, 10, 10], 30) == [[0, 1], [0, 2], [0, 3]] and column_groups([5], 80) == [[0]]
