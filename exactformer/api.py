@@ -30,7 +30,7 @@ from exactformer.arguments import BuildError
 from exactformer.arguments import build as _build
 from exactformer.verify.executor.exact import RunResult, run
 from exactformer.verify.executor.forward import Cache, forward_with_cache
-from exactformer.verify.verifier import Report, VerifyError, certified_arithmetics, check_model
+from exactformer.verify.verifier import Report, VerifyError, certified_arithmetics, check_model, shown_progress
 from exactformer.verify.verifier import verify as _verify
 from exactformer.verify.frontier import frontier
 
@@ -108,8 +108,10 @@ class Model:
 
     # ---- verification, files, other frameworks -------------------------------------------------------------
     def verify(self, mode: str | None = None, **kwargs: Any) -> Report:
-        """``xf.verify`` of this model (:func:`exactformer.verify.verifier.verify`; no ``mode``: its strongest)."""
-        return _verify(self, mode=mode, **kwargs)
+        """``xf.verify`` of this model (:func:`exactformer.verify.verifier.verify`; no ``mode``: its
+        strongest; a progress bar on a terminal for a long run: :func:`shown_progress`)."""
+        with shown_progress(self, mode, kwargs) as kw:
+            return _verify(self, mode=mode, **kw)
 
     def save(self, out_dir: str | Path, **kwargs: Any) -> Path:
         return save(self, out_dir, **kwargs)

@@ -3,9 +3,11 @@ input counts are written short everywhere (no thousand-digit numbers, no int-to-
 
 from __future__ import annotations
 
+import io
 import json
 import re
 import math
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -244,3 +246,33 @@ def test_reports_carry_the_count_short(il):
     d = xf.verify(xf.build("nearest-neighbor", n=8), mode="sample", samples=2).to_dict()
     assert d["input_count"] == "too many to count" and d["input_count_log2"] is None
     assert max(len(str(v)) for v in d.values() if isinstance(v, (int, str))) < 200
+
+
+class _Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+@pytest.mark.parametrize("mode,seen", [("exhaustive", "/4096 "), ("sample", "/100 "), ("certify", "certify equality n=12")])
+def test_long_runs_from_python_show_progress(monkeypatch, mode, seen):
+    """xf.verify and m.verify from Python showed nothing however long the run; on a terminal they now
+    show a bar (inputs with total and ETA, or the certificate's step) once a run lasts
+    PROGRESS_DELAY seconds; progress=False, or stderr in a log, shows nothing."""
+    from exactformer.verify import verifier
+
+    monkeypatch.setattr(verifier, "PROGRESS_DELAY", 0)
+    m = xf.build("equality", n=12)
+    kw = dict(samples=50) if mode == "sample" else {}
+    for call in (lambda **k: xf.verify(m, mode=mode, **k), lambda **k: m.verify(mode, **k)):
+        terminal = _Terminal()
+        monkeypatch.setattr(sys, "stderr", terminal)
+        assert call(**kw).passed
+        assert seen in terminal.getvalue() and f"{mode} equality n=12" in terminal.getvalue()
+        quiet = _Terminal()
+        monkeypatch.setattr(sys, "stderr", quiet)
+        assert call(progress=False, phase=False, **kw).passed and quiet.getvalue() == ""
+        log = io.StringIO()  # not a terminal
+        monkeypatch.setattr(sys, "stderr", log)
+        assert call(**kw).passed and log.getvalue() == ""
+    calls = []
+    assert xf.verify(m, mode="exhaustive", progress=calls.append).passed and sum(calls) == 4096  # a callback given is used

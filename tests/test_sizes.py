@@ -544,6 +544,18 @@ def test_cli_recompute_computes_every_row(app, monkeypatch):
     assert res.exit_code == 0, res.output
     assert calls == [("index-lookup", 16), ("index-lookup", 64), ("equality", 16), ("equality", 64)]
     assert all(r["built"]["layers"] == 9 for r in json.loads(res.stdout)["rows"])
+    assert res.stderr == ""  # under --json: no progress
+
+
+def test_cli_recompute_shows_progress(app, monkeypatch):
+    """`sizes --recompute` (minutes) showed nothing without a terminal: one line per construction
+    now, with its seconds (a bar with the ETA on a terminal)."""
+    monkeypatch.setattr(sz, "SIZE_PROVIDER", _fake_rows([]))
+    res = CliRunner().invoke(app, ARGS + ["--recompute", "--csv"])
+    assert res.exit_code == 0, res.output
+    lines = res.stderr.splitlines()
+    assert [line.split(":")[0] for line in lines] == ["sizes index-lookup", "sizes equality"]
+    assert all(re.fullmatch(r"sizes [a-z-]+: \d+\.\d\d s", line) for line in lines)
 
 
 def test_cli_computes_rows_the_committed_data_lacks(app, monkeypatch):

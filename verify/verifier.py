@@ -15,11 +15,12 @@ argument has one check here (``check_*``) that the CLI uses too; a bad one raise
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 from dataclasses import asdict, dataclass, field
 from fractions import Fraction
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Iterator
 
 import numpy as np
 
@@ -379,7 +380,8 @@ def verify(model: Any, mode: str | None = None, fmt: Format | str | None = None,
     2^32 inputs with the single-process result, sample draws its inputs per shard (seeds from
     ``seed`` and the shard, the same for any number of workers).
     ``progress(n)`` is called with the inputs done per batch, ``phase(name)`` with each
-    certificate step. Every bad argument raises :class:`VerifyError` naming it."""
+    certificate step (``xf.verify`` and ``m.verify`` show a bar by default:
+    :func:`shown_progress`). Every bad argument raises :class:`VerifyError` naming it."""
     model = check_model(model)
     check_mode(mode)
     check_arithmetic(arithmetic)
@@ -439,6 +441,48 @@ def verify(model: Any, mode: str | None = None, fmt: Format | str | None = None,
     return Report(**base, passed=cex is None, inputs_covered=covered, seconds=time.perf_counter() - t0,
                   min_margin=None if min_margin is None else str(min_margin), counts=counts,
                   counterexample=cex, reason=reason)
+
+
+#: seconds a run lasts before the API's default progress bar appears (shorter runs show nothing)
+PROGRESS_DELAY = 2.0
+
+
+@contextlib.contextmanager
+def shown_progress(model: Any, mode: str | None, kwargs: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    """What ``xf.verify`` and ``m.verify`` show by default: where ``progress`` / ``phase`` are not
+    given (False: nothing), a tqdm bar on stderr over the inputs of an exhaustive or sampled run
+    (its total and ETA) or the certificate's current step, once the run has lasted
+    :data:`PROGRESS_DELAY` seconds, on a terminal or in a notebook only (tqdm's own test: nothing in
+    a log). Yields :func:`verify`'s keyword arguments with the callbacks filled in."""
+    kwargs = dict(kwargs)
+    auto = [k for k in ("progress", "phase") if kwargs.get(k) is None]
+    for k in ("progress", "phase"):
+        if kwargs.get(k) is False:
+            kwargs[k] = None
+    bar = None
+    try:
+        m = check_model(model)
+        task = task_of(m)
+        shard = check_sharding(mode, kwargs.get("workers"), kwargs.get("scheduler"))
+        chosen, _ = choose_mode(task, m, mode, shard, kwargs.get("arithmetic", "fixed"))
+    except VerifyError:
+        chosen = None  # verify raises it, naming the parameter
+    if chosen is not None and ("phase" if chosen == "certify" else "progress") in auto:
+        from tqdm.auto import tqdm  # imported where a run may show it
+
+        what = f"{chosen} {m.construction} n={m.n}"
+        if chosen == "certify":
+            bar = tqdm(desc=what, bar_format="{desc} [{elapsed}]", delay=PROGRESS_DELAY, disable=None, leave=False)
+            kwargs["phase"] = lambda name: bar.set_description_str(f"{what}: {name}")
+        else:
+            total = int(task.count(m)) if chosen == "exhaustive" else 2 * (kwargs.get("samples") or DEFAULT_SAMPLES)
+            bar = tqdm(desc=what, total=total, unit=" inputs", delay=PROGRESS_DELAY, disable=None, leave=False)
+            kwargs["progress"] = bar.update
+    try:
+        yield kwargs
+    finally:
+        if bar is not None:
+            bar.close()
 
 
 def certified_arithmetics(model: Any, device: str = "cpu") -> dict[str, list[str]]:

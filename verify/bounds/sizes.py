@@ -363,8 +363,9 @@ def bound_values(spec: SizeSpec, n: int, p: int) -> dict[str, dict[str, Any]]:
 
 
 def report(specs: Iterable[SizeSpec], ns: list[int], provider: SizeProvider | None = None,
-           progress: Callable[[], None] | None = None) -> dict[str, Any]:
-    """The sizes document (schema in docs/sizes.md): one row per (spec, N)."""
+           progress: Callable[[str], None] | None = None) -> dict[str, Any]:
+    """The sizes document (schema in docs/sizes.md): one row per (spec, N); ``progress(spec name)``
+    after each row."""
     provider = provider_or_default(provider)
     specs = list(specs)
     rows = []
@@ -381,7 +382,7 @@ def report(specs: Iterable[SizeSpec], ns: list[int], provider: SizeProvider | No
                          "p": p, "p_source": "built" if built else "reference",
                          "bounds": bound_values(s, n, p)})
             if progress:
-                progress()
+                progress(s.name)
     keys = sorted({k for s in specs for k in s.bound_keys})
     return {
         "schema": SCHEMA,
