@@ -248,7 +248,8 @@ def _k_hop_instance(bits: np.ndarray, q: int, n: int, k: int) -> np.ndarray:
     return np.array(alice + bob)
 
 
-@pytest.mark.parametrize("n,k,alphabet", [(9, 1, 6), (12, 1, 64), (16, 2, 8), (21, 3, 64), (30, 5, 9), (11, 5, 7)])
+@pytest.mark.parametrize("n,k,alphabet", [(9, 1, 6), (12, 1, 64), (16, 2, 8), (21, 3, 64), (30, 5, 9), (11, 5, 7),
+                                          (40, 16, 64), (33, 16, 18)])
 def test_k_hop_reduction_answers_alices_bit(n, k, alphabet):
     """The instances behind lb.rnn_k_hop_index are inputs of the task whose answer at the last
     position is Alice's bit b_q, for every q: the task's own ground truth (k_hop_truth) says so."""
