@@ -103,7 +103,7 @@ def test_no_page_says_a_certified_construction_has_no_certificate():
     """docs/cli.md and docs/api.md said induction-heads and k-hop had no certificate after they had
     one: every "no certificate for <construction>" on a page names a construction whose task has no
     certify mode, or one whose certificate does not cover the float arithmetic the sentence names."""
-    from exactformer.verify.verifier import fixed_point_only_heads
+    from exactformer.constructions.core.ir import fixed_point_only_heads
 
     found = 0
     for page, text in PAGES.items():
@@ -113,7 +113,7 @@ def test_no_page_says_a_certified_construction_has_no_certificate():
             c = registry.get(m.group(1))
             found += 1
             if "certify" in c.task.modes:
-                assert m.group(2) and fixed_point_only_heads(c.builder(**c.example)), (page, m.group(0))
+                assert m.group(2) and fixed_point_only_heads(c.builder(**c.example).plan), (page, m.group(0))
     assert found
 
 
@@ -129,20 +129,29 @@ def test_no_page_calls_a_registered_construction_an_ema_program():
 
 def test_certified_in_float_has_one_source():
     """params["arithmetics"] (where the builder checked its conditions), the manifest's certified list
-    (xf.save) and the pages agree: floats are certified exactly where no head is certified in fixed
-    point only (fixed_point_only_heads), and docs/mpc.md says the P2 pointer models' certificate
-    covers the fixed-point format only."""
+    (xf.save) and the pages agree, all from fixed_point_only_heads: the P2 weight models listed
+    float32/float64 in params["arithmetics"] without saying that no certificate covers them, while
+    the manifest recorded them as not certified and docs/mpc.md said fixed point only."""
     import exactformer as xf
-    from exactformer.verify.verifier import certified_arithmetics, fixed_point_only_heads
+    from exactformer.constructions.core.ir import FIXED_POINT_ONLY_NOTE, fixed_point_only_heads
+    from exactformer.verify.verifier import certified_arithmetics
 
     for name, floats in (("match2", False), ("k-hop", False), ("equality", True)):
         c = registry.get(name)
         m = c.builder(**c.example)
-        assert bool(fixed_point_only_heads(m)) != floats, name
+        only = fixed_point_only_heads(m.plan)
+        assert bool(only) != floats, name
         record = certified_arithmetics(m)
         assert record["certified"][0] == m.precision and ({"float64", "float32"} <= set(record["certified"])) == floats
         param = m.params.get("arithmetics")
-        assert param is None or "certif" not in param.formula, (name, param.formula)
+        if param is not None:
+            assert param.formula.endswith(FIXED_POINT_ONLY_NOTE.format(", ".join(only))) == (not floats), param.formula
+    for name in registry.names():  # every build that lists floats it is not certified in says so
+        c = registry.get(name)
+        m = c.builder(**c.example)
+        param, only = m.params.get("arithmetics"), fixed_point_only_heads(m.plan)
+        if param is not None and only and {"float64", "float32"} & set(param.value):
+            assert "no certificate covers the floats" in param.formula, name
     mpc = " ".join(PAGES["docs/mpc.md"].split())
     assert "The certificate covers the fixed-point format only" in mpc
-    assert fixed_point_only_heads(xf.build("induction-heads", n=4, alphabet=2))
+    assert fixed_point_only_heads(xf.build("induction-heads", n=4, alphabet=2).plan)

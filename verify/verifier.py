@@ -25,7 +25,7 @@ from typing import Any, Callable, Iterable, Iterator
 import numpy as np
 
 from exactformer.constructions.core import registry
-from exactformer.constructions.core.ir import CompiledModel, IRError, ModelIR
+from exactformer.constructions.core.ir import CompiledModel, IRError, ModelIR, fixed_point_only_heads
 from exactformer.constructions.core.task import EXHAUSTIVE_LIMIT, MODES, Batch, Task, count_log2, format_count, inputs_phrase
 from exactformer.precision import NO_CUDA, Format, cuda_available, float_format, parse_format
 from exactformer.verify.certify.composed import certify
@@ -300,21 +300,13 @@ def lacks(name: str, mode: str) -> str:
     return f"no certificate for {name}" if mode == "certify" else f"no {mode} mode for {name}"
 
 
-def fixed_point_only_heads(model: Any) -> list[str]:
-    """The blocks of ``model``'s heads whose local certificates prove them in the fixed-point format
-    only (``HeadBlock.fixed_point_only``). The one source of "certified in float": the mode choice
-    and its refusals (:func:`certificate_refusal`), the manifest ``xf.save`` writes
-    (:func:`certified_arithmetics`) and the modes table of docs/cli.md read it."""
-    return sorted({type(p.block).__name__ for p in check_model(model).plan
-                   if p.kind == "head" and p.block.fixed_point_only})
-
-
 def certificate_refusal(model: Any, arithmetic: str) -> str | None:
     """Why no certificate covers ``model`` run in ``arithmetic`` (a head of its plan whose block is
-    certified in fixed point only: :func:`fixed_point_only_heads`), or None. It only steers the
+    certified in fixed point only: :func:`~exactformer.constructions.core.ir.fixed_point_only_heads`,
+    the one source the manifest and ``params["arithmetics"]`` read too), or None. It only steers the
     choice of a mode; the certificate itself never trusts the plan."""
     model = check_model(model)
-    only = [] if arithmetic == "fixed" else fixed_point_only_heads(model)
+    only = [] if arithmetic == "fixed" else fixed_point_only_heads(model.plan)
     if not only:
         return None
     return (f"no certificate for {model.construction} in {arithmetic}: its {', '.join(only)} heads are certified "

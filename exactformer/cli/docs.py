@@ -22,7 +22,8 @@ from exactformer.constructions.core import registry
 from exactformer.cli.commands import BUILD_OPTIONS, FIND_MIN_OPTIONS, VERIFY_OPTIONS, dir_command, lacking_note
 from exactformer.cli.options import option_flag
 from exactformer.cli.main import OTHER_COMMANDS, app
-from exactformer.verify.verifier import VerifyError, choose_mode, fixed_point_only_heads
+from exactformer.constructions.core.ir import fixed_point_only_heads
+from exactformer.verify.verifier import VerifyError, choose_mode
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "cli.md"
 BLOCK = re.compile(r"<!-- BEGIN GENERATED (?P<name>[\w:-]+) -->\n(?P<body>.*?)<!-- END GENERATED (?P=name) -->", re.S)
@@ -91,7 +92,7 @@ def modes_table() -> str:
     rows = []
     for name in registry.names():
         c = registry.get(name)
-        only = fixed_point_only_heads(c.builder(**c.example))
+        only = fixed_point_only_heads(c.builder(**c.example).plan)
         covers = ("—" if "certify" not in c.task.modes else
                   f"its fixed-point format only ({', '.join(only)} heads)" if only else "any arithmetic: fixed point, real, floats")
         strongest = "certify" if "certify" in c.task.modes else "exhaustive where the inputs fit, else sample"
