@@ -30,7 +30,7 @@ from exactformer.arguments import BuildError
 from exactformer.arguments import build as _build
 from exactformer.verify.executor.exact import RunResult, run
 from exactformer.verify.executor.forward import Cache, forward_with_cache
-from exactformer.verify.verifier import Report, VerifyError, certified_arithmetics, check_model
+from exactformer.verify.verifier import Report, VerifyError, certified_arithmetics, check_model, shown_progress
 from exactformer.verify.verifier import verify as _verify
 from exactformer.verify.frontier import frontier
 
@@ -74,9 +74,23 @@ class Model:
 
     # ---- running ------------------------------------------------------------------------------------------
     def run(self, inputs: Any, precision: Format | str | None = None, device: str = "cpu") -> RunResult:
-        """The executor's result for natural inputs (a list of them, or one)."""
+        """The executor's result for natural inputs (a list of them, or one). Inputs the task runs
+        apart (``task.groups``: Dyck strings of different lengths) run group by group; the result
+        holds them in the order given."""
         batch = inputs if self._is_batch(inputs) else [inputs]
-        return run(self.compiled, self.encode_batch(batch), self._format(precision), device=device)
+        fmt = self._format(precision)
+        groups = self.task.groups(self.compiled, batch)
+        if len(groups) == 1:
+            return run(self.compiled, self.encode_batch(batch), fmt, device=device)
+        parts = [run(self.compiled, self.encode_batch([batch[i] for i in g]), fmt, device=device) for g in groups]
+        order = np.argsort(np.concatenate([np.asarray(g, dtype=np.int64) for g in groups]), kind="stable")
+        answers = [a for p in parts for a in p.answers]
+        counts: dict[str, int] = {}
+        for p in parts:
+            for k, v in p.counts.items():
+                counts[k] = counts.get(k, 0) + v
+        return RunResult(np.concatenate([p.logits for p in parts])[order], [answers[i] for i in order],
+                         np.concatenate([p.margin for p in parts])[order], counts)
 
     def __call__(self, inputs: Any, precision: Format | str | None = None, device: str = "cpu") -> Any:
         """Answers: one per input for a list of inputs, one for a single input; a model answering
@@ -94,8 +108,10 @@ class Model:
 
     # ---- verification, files, other frameworks -------------------------------------------------------------
     def verify(self, mode: str | None = None, **kwargs: Any) -> Report:
-        """``xf.verify`` of this model (:func:`exactformer.verify.verifier.verify`; no ``mode``: its strongest)."""
-        return _verify(self, mode=mode, **kwargs)
+        """``xf.verify`` of this model (:func:`exactformer.verify.verifier.verify`; no ``mode``: its
+        strongest; a progress bar on a terminal for a long run: :func:`shown_progress`)."""
+        with shown_progress(self, mode, kwargs) as kw:
+            return _verify(self, mode=mode, **kw)
 
     def save(self, out_dir: str | Path, **kwargs: Any) -> Path:
         return save(self, out_dir, **kwargs)

@@ -115,8 +115,9 @@ def _fraction(text: str) -> Fraction | None:
         return None
 
 
-def json_value(value: str | Path, name: str, doc: str) -> Any:
-    """The contents of a JSON file, or JSON text (``name``: the parameter or option, for errors)."""
+def json_value(value: str | Path, name: str, doc: str) -> list:
+    """The list in a JSON file, or in JSON text (``name``: the parameter or option, for errors): a
+    file holding anything but a list (a JSON string, a number, an object) is refused saying what it holds."""
     path = Path(value)
     text, source = str(value), "the value"
     if path.is_file():
@@ -127,10 +128,15 @@ def json_value(value: str | Path, name: str, doc: str) -> Any:
     elif isinstance(value, Path) or text.lstrip()[:1] not in ("[", "{"):
         raise ArgumentError(f"{name}: no such file {text!r} (give a JSON file or JSON text; {doc})")
     try:
-        return json.loads(text)
+        value = json.loads(text)
     except json.JSONDecodeError as e:
         raise ArgumentError(f"{name}: {source} is not valid JSON ({e.msg} at line {e.lineno} column {e.colno}); "
                             f"{doc}") from None
+    if not isinstance(value, list):
+        kind = {str: "a JSON string", dict: "a JSON object", bool: "a JSON boolean", type(None): "JSON null"}.get(
+            type(value), "a JSON number")
+        raise ArgumentError(f"{name}: {source} holds {kind} ({json.dumps(value)[:60]}), not a list; {doc}")
+    return value
 
 
 def _clauses(text: str, name: str, doc: str) -> list[list[int]]:

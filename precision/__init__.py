@@ -18,9 +18,11 @@ from .fixed_point import ROUNDINGS, FixedPoint
 from .floats import BFloat16, Float8E4M3, Float8E5M2, Float16, Float32, Float64, FloatFormat, float_format
 from .parse import parse_format
 from .prepared import Prepared
+from ._xp import NO_CUDA, cuda_available
 
 __all__ = [
     "ACCUMULATE",
+    "NO_CUDA",
     "ROUNDINGS",
     "BFloat16",
     "Counts",
@@ -37,6 +39,7 @@ __all__ = [
     "Prepared",
     "RawArray",
     "RawTypeError",
+    "cuda_available",
     "float_format",
     "parse_format",
 ]

@@ -8,10 +8,29 @@ ever used as an estimate that is corrected or checked exactly), so any two corre
 
 from __future__ import annotations
 
+import os
 import sys
 from typing import Any
 
 import numpy as np
+
+
+#: device nodes of the drivers torch.cuda can use on Linux: NVIDIA's, ROCm's (torch.cuda on AMD) and WSL's GPU
+CUDA_DRIVER_NODES = ("/dev/nvidiactl", "/dev/nvidia0", "/proc/driver/nvidia/version", "/dev/kfd", "/dev/dxg")
+
+
+#: the refusal of device "cuda" where :func:`cuda_available` is False (after "device: " or "--device: ")
+NO_CUDA = "cuda: no CUDA device is available (use cpu)"
+
+
+def cuda_available() -> bool:
+    """``torch.cuda.is_available()``, without importing torch (seconds) where the answer is surely
+    no: on Linux without any of :data:`CUDA_DRIVER_NODES` no CUDA device can be used."""
+    if sys.platform.startswith("linux") and not any(os.path.exists(p) for p in CUDA_DRIVER_NODES):
+        return False
+    import torch
+
+    return bool(torch.cuda.is_available())
 
 
 def is_torch(x: Any) -> bool:

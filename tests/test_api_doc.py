@@ -21,10 +21,6 @@ SLOW = (
     # test_float_arithmetics.py::test_saved_manifest_records_certified_arithmetics, exported to torch and
     # TransformerLens by test_export.py
     "xf.save(m, d)",
-    # slow: verify's modes and report fields in test_cli.py and test_equality.py, float32 certificates in
-    # test_float_arithmetics.py::test_default_builds_certify_in_floats, a mode a construction lacks refused
-    # by test_induction_heads.py::test_the_certificate_covers_fixed_point_only
-    'h = xf.build("induction-heads", n=64)',
 )
 
 

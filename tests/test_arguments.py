@@ -3,8 +3,11 @@ input counts are written short everywhere (no thousand-digit numbers, no int-to-
 
 from __future__ import annotations
 
+import io
 import json
+import re
 import math
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -94,6 +97,23 @@ def test_save_refuses_what_is_not_a_weight_model(tmp_path):
     assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
 
 
+@pytest.mark.parametrize("name,kw", [("equality", dict(n=8)), ("dyck-rnn", dict(n=8))])
+def test_save_onto_a_file_is_one_line_naming_out_dir(tmp_path, name, kw):
+    """xf.save onto an existing file raised a bare FileExistsError; a directory under a file, a bare
+    NotADirectoryError. An earlier export's directory is written again (its files replaced)."""
+    m = xf.build(name, **kw)
+    taken = tmp_path / "taken"
+    taken.write_text("not a model")
+    with pytest.raises(ValueError, match=r"^out_dir: '.*taken' is an existing file, not a directory; give a directory"):
+        xf.save(m, taken, certify=False)
+    with pytest.raises(ValueError, match=r"^out_dir: cannot create '.*taken/sub': Not a directory$"):
+        xf.save(m, taken / "sub", certify=False)
+    assert taken.read_text() == "not a model"
+    for _ in range(2):
+        xf.save(m, tmp_path / "again", certify=False)
+    assert xf.load(tmp_path / "again").compiled.fingerprint() == m.compiled.fingerprint()
+
+
 def test_a_mode_the_construction_lacks_is_bad_input(uncertified):
     h = xf.build(uncertified, n=64)
     with pytest.raises(VerifyError, match=rf"^mode: no certificate for {uncertified}; its modes: exhaustive \| sample"):
@@ -132,6 +152,17 @@ def test_features_may_be_a_json_file_from_python_too(monkeypatch):
     with pytest.raises(ValueError, match="^features: no such file 'nofile.json'") as e:
         xf.build("threshold", n=16, features="nofile.json")
     assert cli_error("verify", "threshold", "--n", "16", "--features", "nofile.json") == f"--{e.value}"
+
+
+@pytest.mark.parametrize("content,holds", [('"hello"', 'a JSON string ("hello")'), ("3", "a JSON number (3)"),
+                                           ('{"count": 2}', 'a JSON object ({"count": 2})'), ("null", "JSON null (null)")])
+def test_a_features_file_holding_no_list_says_what_it_holds(tmp_path, content, holds):
+    """A features file holding a JSON string was read as a file name ("no such file 'hello'")."""
+    path = tmp_path / "f.json"
+    path.write_text(content)
+    with pytest.raises(ValueError, match=f"^features: {re.escape(str(path))} holds {re.escape(holds)}, not a list") as e:
+        xf.build("threshold", n=16, features=str(path), b=2)
+    assert cli_error("verify", "threshold", "--n", "16", "--features", str(path)) == f"--{e.value}"
 
 
 def test_clauses_and_terms_as_the_command_line_writes_them():
@@ -215,3 +246,33 @@ def test_reports_carry_the_count_short(il):
     d = xf.verify(xf.build("nearest-neighbor", n=8), mode="sample", samples=2).to_dict()
     assert d["input_count"] == "too many to count" and d["input_count_log2"] is None
     assert max(len(str(v)) for v in d.values() if isinstance(v, (int, str))) < 200
+
+
+class _Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+@pytest.mark.parametrize("mode,seen", [("exhaustive", "/4096 "), ("sample", "/100 "), ("certify", "certify equality n=12")])
+def test_long_runs_from_python_show_progress(monkeypatch, mode, seen):
+    """xf.verify and m.verify from Python showed nothing however long the run; on a terminal they now
+    show a bar (inputs with total and ETA, or the certificate's step) once a run lasts
+    PROGRESS_DELAY seconds; progress=False, or stderr in a log, shows nothing."""
+    from exactformer.verify import verifier
+
+    monkeypatch.setattr(verifier, "PROGRESS_DELAY", 0)
+    m = xf.build("equality", n=12)
+    kw = dict(samples=50) if mode == "sample" else {}
+    for call in (lambda **k: xf.verify(m, mode=mode, **k), lambda **k: m.verify(mode, **k)):
+        terminal = _Terminal()
+        monkeypatch.setattr(sys, "stderr", terminal)
+        assert call(**kw).passed
+        assert seen in terminal.getvalue() and f"{mode} equality n=12" in terminal.getvalue()
+        quiet = _Terminal()
+        monkeypatch.setattr(sys, "stderr", quiet)
+        assert call(progress=False, phase=False, **kw).passed and quiet.getvalue() == ""
+        log = io.StringIO()  # not a terminal
+        monkeypatch.setattr(sys, "stderr", log)
+        assert call(**kw).passed and log.getvalue() == ""
+    calls = []
+    assert xf.verify(m, mode="exhaustive", progress=calls.append).passed and sum(calls) == 4096  # a callback given is used

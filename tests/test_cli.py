@@ -216,8 +216,14 @@ def test_find_min_precision_table_and_json():
     assert r.exit_code == 0 and d["passed"] and d["min_value"] in d["passing"] and d["precision"].startswith("binary:")
     assert {"construction", "n", "mode", "kind", "checked_up_to", "results"} <= set(d)
     assert all({"value", "precision", "passed", "reason"} == set(x) for x in d["results"])
+    # it scans the frac bits at int=6 and says so (it reported "the smallest precision")
+    assert d["scanned"] == f"frac bits 1..{d['checked_up_to']} at int=6"
+    r = invoke("verify", "index-lookup", "--n", "16", "--alphabet", "4", "--find-min-precision")
+    assert r.stdout.splitlines()[0].startswith("smallest frac bits at int=6 that certifies index-lookup n=16 (scanned "
+                                                "frac bits 1..")
     r = invoke("verify", "index-lookup", "--n", "16", "--alphabet", "4", "--find-min-precision", "--scan", "paper")
     assert r.exit_code == 0 and "paper:n=16,kc=" in r.stdout and "{'" not in r.stdout
+    assert r.stdout.startswith("smallest kc that certifies index-lookup n=16 (scanned kc 1..")
 
 
 # ---- verify all ---------------------------------------------------------------------------------------------------------
@@ -448,3 +454,70 @@ def test_verify_all_in_float64_passes_in_the_strongest_mode_that_applies():
         c = registry.get(x["name"])
         certifiable = "certify" in c.task.modes and not certificate_refusal(c.builder(x["n"]), "float64")
         assert (x["mode"] == "certify") == certifiable, x
+
+
+# ---- a target, and each option once -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("command,words", [("verify", ("verify: a target is required", "all, or a DIR")),
+                                           ("build", ("build: a target is required", "a construction"))])
+def test_a_missing_target_is_bad_input(command, words):
+    """`exactformer verify` without a target printed the group's help and exited 0."""
+    r = invoke(command)
+    assert bad(r, *words) and r.stderr.count("\n") == 1 and r.stdout == ""
+
+
+@pytest.mark.parametrize("args,option", [
+    (("verify", "index-lookup", "--n", "8", "--n", "16", "--alphabet", "4"), "--n"),  # took the last, silently
+    (("verify", "index-lookup", "--n=8", "--alphabet", "4", "--n", "8"), "--n"),
+    (("build", "equality", "--n", "8", "--out", "a", "--out", "b"), "--out"),
+    (("sizes", "--n-min", "16", "--n-min", "32"), "--n-min"),
+    (("verify", "equality", "--n", "8", "--json", "--json"), "--json"),
+])
+def test_a_repeated_option_is_refused(args, option):
+    line = bad(invoke(*args), option, "given 2 times")
+    assert line.endswith("give it once")
+
+
+def test_repeatable_options_stay_repeatable():
+    r = invoke("sizes", "--construction", "equality", "--construction", "index-lookup", "--n-max", "64", "--csv")
+    assert r.exit_code == 0 and {line.split(",")[0] for line in r.stdout.splitlines()[1:]} == {"equality", "index-lookup"}
+
+
+def test_device_cuda_is_refused_before_the_heavy_imports():
+    """`--device cuda` without CUDA took 8-13 s to refuse (torch imported, then the commands): the
+    refusal now comes before the command's modules and torch are imported (the same line, exit 2),
+    and cuda_available() answers without torch where no driver's device node exists."""
+    from exactformer.precision import cuda_available
+
+    if cuda_available():
+        pytest.skip("this machine has a CUDA device")
+    code = ("import sys\nfrom exactformer.precision import cuda_available\nassert not cuda_available()\n"
+            "print('torch' in sys.modules)\nfrom exactformer.cli.main import app\n"
+            "try:\n    app(['verify', 'index-lookup', '--n', '8', '--device', 'cuda'])\nexcept SystemExit as e:\n"
+            "    print(e.code, 'torch' in sys.modules, 'exactformer.cli.commands' in sys.modules)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert out.stdout.split() == ["False", "2", "False", "False"], out.stdout + out.stderr
+    assert out.stderr.strip() == "error: --device: cuda: no CUDA device is available (use cpu)"
+    for args in (("verify", "all", "--device=cuda"), ("positions", "--n", "64", "--device", "cuda")):
+        bad(invoke(*args), "--device", "no CUDA device")
+    with pytest.raises(xf.VerifyError, match="device: cuda: no CUDA device"):
+        xf.verify(xf.build("equality", n=8), device="cuda")
+
+
+def test_tables_on_an_80_column_terminal_split_no_number():
+    """A boxed table at 80 columns folded 65536 into 655 / 36; now text wraps at spaces and columns
+    that do not fit go into a continued table repeating the first column."""
+    from exactformer.cli.output import column_groups, print_table
+    from exactformer.verify.bounds import sizes as sz
+
+    doc = sz.report([sz.SIZE_SPECS["index-lookup"]], [1 << 16, 1 << 20], sz.committed_sizes())
+    head, cells = sz.spec_table(doc, "index-lookup")
+    buf = io.StringIO()
+    print_table("index-lookup", head, cells, console=Console(file=buf, force_terminal=True, width=80, color_system=None))
+    text = buf.getvalue()
+    assert max(len(line) for line in text.splitlines()) <= 80
+    numbers = {v for row in cells for v in row if v.replace("^", "").isdigit()}
+    assert len(numbers) > 8 and all(re.search(rf"(?<![\w^]){re.escape(v)}(?![\w^])", text) for v in numbers)
+    assert "(continued)" in text and text.count("2^16") >= 2  # the first column in every part
+    assert column_groups([4, 10, 10, 10], 30) == [[0, 1], [0, 2], [0, 3]] and column_groups([5], 80) == [[0]]

@@ -318,6 +318,7 @@ def test_find_min_precision():
     assert res.format == FixedPoint.binary(int_bits=6, frac_bits=res.value).name
     assert all(v in res.passing for v in range(res.value, res.checked_up_to + 1))
     assert res.checked_up_to >= res.value + 4
+    assert res.scanned == f"frac bits 1..{res.checked_up_to} at int=6"
     # one bit fewer does not certify (or cannot be built)
     if res.value > 1:
         fmt = FixedPoint.binary(int_bits=6, frac_bits=res.value - 1)

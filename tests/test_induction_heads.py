@@ -62,6 +62,19 @@ def test_layers_and_width(k):
     M, mm = m.params["M"].value, m.params["m"].value
     assert m.d_model == (4 * M + 4 * mm + 1 if k == 1 else 6 * M + 6 * mm + 1) and m.n_heads <= 2
     assert mm == 6 and M == 5  # ceil(log2 33), balanced words of 4 for 5 symbols plus the bottom bit
+    assert m.d_mlp == 6 * (M + mm) * (1 if k & (k - 1) == 0 else 2)  # not in the width: 6 units per cleaned column
+    assert m.width == m.d_model and (k > 1 or m.d_mlp > m.d_model)
+
+
+def test_the_docstring_says_what_the_width_counts():
+    """The module's docstring gives the width and the MLP units as built, and does not count the
+    MLPs in the width (it said they were)."""
+    from exactformer.constructions.theorems import induction_heads as ih
+
+    doc = " ".join(ih.__doc__.split())
+    assert "width (d_model) 4M + 4m + 1 (k = 1) or 6M + 6m + 1" in doc
+    assert "6(M + m) in a layer that follows one pointer and 12(M + m) in one that follows two" in doc
+    assert "not in the width" in doc and "counted in the width" not in doc
 
 
 def test_bad_parameters_name_what_the_user_typed():

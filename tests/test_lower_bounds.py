@@ -44,9 +44,14 @@ HAND = [
     (lambda n, p: lb.rnn_nearest_neighbor_last(n, p, separated=1 << 30), (1 << 20, 16), 65536, "(2^20 - 1)/16"),
     (lb.rnn_mqar_last, (1 << 8, 18), 8, "128/18 = 7.11"),
     (lb.rnn_mqar_last, (1 << 20, 17), 30841, "524288/17 = 30840.47"),
-    # induction heads (derived from Prop. 9): floor((N-1)/2)/p
-    (lb.rnn_induction_heads, (1025, 10), 52, "512 pairs / 10 = 51.2"),
-    (lb.rnn_induction_heads, (1 << 20, 42), 12484, "524287/42 = 12483.02"),
+    # k-hop induction heads (the project's INDEX reduction): min(floor((N - 2k + 1)/2), |Sigma| - k - 1)/p
+    (lb.rnn_k_hop_index, (1025, 10, 1000), 52, "min(512, 998) pairs / 10 = 51.2"),
+    (lb.rnn_k_hop_index, (1 << 20, 42, (1 << 19) + 1), 12484, "min(524287, 524287)/42 = 12483.02"),
+    (lb.rnn_k_hop_index, (1 << 20, 42, 64), 2, "|Sigma| = 64 caps r at 62: 62/42 = 1.48"),
+    (lb.rnn_k_hop_index, (1 << 12, 20, 64, 16), 3, "k = 16: min(2032, 47)/20 = 2.35"),
+    (lb.rnn_k_hop_index, (33, 20, 64, 16), 1, "N = 2k + 1: r = 1"),
+    (lb.k_hop_state_bits, (64,), 455, "(64 + 1) * 7"),
+    (lb.k_hop_state_bits, (64, 16), 7175, "(16 * 64 + 1) * 7"),
     # Thm 4 as stated and itemised
     (lb.thm4_protocol_bits, (1, 42, 1, 1 << 20), 186, "3*1*(42 + 20)*1"),
     (lb.thm4_protocol_bits, (8, 10, 2, 1 << 10), 960, "3*8*(10 + 10)*2"),
@@ -120,6 +125,9 @@ def test_monotone_in_n_and_p():
     lambda: lb.rnn_units(-1, 8),
     lambda: lb.rnn_mqar_last(15, 8),
     lambda: lb.rnn_nearest_neighbor_last(16, 8, separated=0),
+    lambda: lb.rnn_k_hop_index(32, 8, 64, 16),  # N < 2k + 1: no instance of the reduction
+    lambda: lb.rnn_k_hop_index(64, 8, 2),  # |Sigma| < k + 2
+    lambda: lb.BOUNDS["rnn-k-hop-index"].arguments({"k": 2}),  # the alphabet is a required parameter
 ])
 def test_bad_arguments(call):
     with pytest.raises(lb.BoundError):
@@ -134,12 +142,13 @@ def test_registry_is_consistent():
         assert b.kind in ("lower", "upper", "alternative")
         assert re.search(r"\b(Sec|App|Thm|Prop|Lemma|Fact|Def)\.? ?[A-Z0-9]", b.source) or b.key.startswith("tracr"), b.key
         assert b.formula and b.precision and b.statement
+        params = {name: 64 if v is lb.REQUIRED else v for name, v in b.params}
         if b.explicit:
-            units, bits = lb.evaluate(b, 1 << 10, 22)
+            units, bits = lb.evaluate(b, 1 << 10, 22, params)
             assert isinstance(units, int) and units >= 1
             assert bits is None or bits >= units
         else:
-            assert lb.evaluate(b, 1 << 10, 22) == (None, None)
+            assert lb.evaluate(b, 1 << 10, 22, params) == (None, None)
     assert lb.evaluate(lb.BOUNDS["rnn-equality"], 15, 8) == (None, None)  # outside the domain: no value
 
 
@@ -220,3 +229,68 @@ def test_mqar_last_query_reduces_index():
         second = np.r_[np.delete(first, i)[rng.permutation(n // 2 - 1)], first[i]]
         labels = np.r_[a, rng.integers(0, 2, n // 2 - 1)]
         assert task.truth(model, np.r_[first, second][None], labels[None])[0, 0] == a[i]
+
+
+# ------------------------------------------------------------------------------------------------
+# k-hop induction heads: the project's INDEX reduction and the constant-state recurrent model
+# ------------------------------------------------------------------------------------------------
+
+
+def _k_hop_instance(bits: np.ndarray, q: int, n: int, k: int) -> np.ndarray:
+    """The reduction of lb.k_hop_index_bits: labels 0 and 1, symbols x_j = 2 + j, z_i = 2 + r + i;
+    Alice: label 0 as padding, then x_1 b_1 .. x_r b_r (N - 2k + 1 tokens); Bob: z_1 x_q z_2 z_1 ..
+    z_{k-1} z_{k-2} z_{k-1} (2k - 1 tokens)."""
+    r = len(bits)
+    x, z = [2 + j for j in range(r)], [2 + r + i for i in range(k - 1)]
+    alice = [0] * (n - 2 * k + 1 - 2 * r) + [t for j in range(r) for t in (x[j], int(bits[j]))]
+    bob = [x[q]] if k == 1 else [z[0], x[q]] + [t for i in range(1, k - 1) for t in (z[i], z[i - 1])] + [z[k - 2]]
+    assert len(alice) == n - 2 * k + 1 and len(bob) == 2 * k - 1
+    return np.array(alice + bob)
+
+
+@pytest.mark.parametrize("n,k,alphabet", [(9, 1, 6), (12, 1, 64), (16, 2, 8), (21, 3, 64), (30, 5, 9), (11, 5, 7),
+                                          (40, 16, 64), (33, 16, 18)])
+def test_k_hop_reduction_answers_alices_bit(n, k, alphabet):
+    """The instances behind lb.rnn_k_hop_index are inputs of the task whose answer at the last
+    position is Alice's bit b_q, for every q: the task's own ground truth (k_hop_truth) says so."""
+    from exactformer.constructions.mpc.applications import k_hop_truth
+
+    r = lb.k_hop_index_bits(n, k, alphabet)
+    assert r == min((n - 2 * k + 1) // 2, alphabet - k - 1) >= 1
+    rng = np.random.default_rng(n * k)
+    for bits in (rng.integers(0, 2, r), 1 - rng.integers(0, 2, r)):
+        w = np.stack([_k_hop_instance(bits, q, n, k) for q in range(r)])
+        assert w.max() < alphabet  # r + k + 1 symbols
+        assert k_hop_truth(w, k)[:, -1].tolist() == bits.tolist()
+
+
+def _k_hop_by_state(w: np.ndarray, k: int, alphabet: int) -> tuple[list[int], int]:
+    """lb.k_hop_state_bits's recurrent model: the previous symbol and, per symbol c, the answers of
+    hops 1 .. k from its latest occurrence (None: "no answer"); returns the answers (-1 for none)
+    and the number of state entries it keeps."""
+    lists: list[list[int | None]] = [[None] * k for _ in range(alphabet)]
+    prev, out = None, []
+    for c in map(int, w):
+        chain = [c] * k if prev == c else lists[c]  # w_{p-1} = c: sigma(p) = p, every hop stays at p
+        out.append(-1 if chain[k - 1] is None else chain[k - 1])
+        if prev is not None:
+            lists[prev] = [c] + chain[: k - 1]
+        prev = c
+    return out, alphabet * k + 1
+
+
+@pytest.mark.parametrize("k,alphabet", [(1, 2), (1, 5), (2, 3), (3, 4), (16, 5)])
+def test_k_hop_constant_state_computes_the_task(k, alphabet):
+    """The recurrent model of lb.k_hop_state_bits answers like the ground truth at every position,
+    for every N tried, with (k |Sigma| + 1) entries of ceil(log2(|Sigma| + 1)) bits: at a fixed
+    alphabet no RNN lower bound can grow with N."""
+    from exactformer.constructions.mpc.applications import k_hop_truth
+
+    rng = np.random.default_rng(k + 10 * alphabet)
+    for n in (1, 7, 40, 300):
+        w = rng.integers(0, alphabet, (20, n))
+        truth = k_hop_truth(w, k)
+        for row, t in zip(w, truth):
+            answers, entries = _k_hop_by_state(row, k, alphabet)
+            assert answers == t.tolist()
+    assert entries * lb.log2_ceil(alphabet + 1) == lb.k_hop_state_bits(alphabet, k)

@@ -177,3 +177,20 @@ def test_columnsort_counts_in_the_docs():
     for n, r, p in [(8, 4, 8), (64, 20, 11)]:
         assert columnsort_shape(n)[0] == r and sort(n, 4).word_bits == p
         assert f"{r} words of p = {p} bits" in DOC or f"r = {r} of {p} bits" in DOC
+
+
+def test_the_mlp_units_are_shown_beside_the_width():
+    """P2's width (heads x embedding dimension) does not count the per-token maps; prefix-sums' MLPs
+    (O(B^2 2^p) units) are wider than its residual stream, so the README's table and the report show
+    them beside the width: the README quotes the built numbers and no longer calls the construction
+    "Thm 4.1 itself in weights"."""
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    header = next(line for line in readme.splitlines() if line.startswith("| construction |"))
+    assert header.endswith("| width | MLP units (per layer, at most) |")
+    row = next(line for line in readme.splitlines() if line.startswith("| `prefix-sums`"))
+    m = xf.build("prefix-sums", n=64, word_bits=8)
+    assert f"{m.d_mlp:,} at p = 8, B = 2 (width {m.width} at N = 64)" in row and m.d_mlp > m.width
+    assert "Thm 4.1 itself" not in readme
+    small = xf.build("prefix-sums", n=8, word_bits=3)
+    r = xf.verify(small, mode="sample", samples=1)
+    assert r.passed and (r.width, r.d_mlp) == (small.width, small.d_mlp) == (r.width, r.to_dict()["d_mlp"])

@@ -30,7 +30,7 @@ from random_models import random_rnn
 
 
 def all_strings(length: int, symbols: int) -> np.ndarray:
-    return np.array(list(itertools.product(range(symbols), repeat=length)), dtype=np.int64).reshape(-1, length)
+    return np.array(list(itertools.product(range(symbols), repeat=length)), dtype=np.int64).reshape(symbols**length, length)
 
 
 def dyck(**kw) -> xf.Model:
@@ -64,15 +64,47 @@ def test_the_automaton_is_the_definition(types, depth, max_len):
     """The specification (the automaton the certificate compares with) accepts exactly the strings
     the stack definition accepts, every string up to the length."""
     dfa = dyck_automaton(types, depth)
-    for L in range(1, max_len + 1):
+    for L in range(0, max_len + 1):
         s = all_strings(L, 2 * types)
         assert np.array_equal(dfa.evaluate(s), dyck_member(s, types, depth).astype(np.int64)), L
+
+
+def test_the_empty_string_and_strings_of_several_lengths():
+    """The empty string is a member of every Dyck language (it was refused: "a string of length >= 1"),
+    read from h_0; one call may hold strings of several lengths (refused before), answered in order."""
+    m = dyck(types=2, depth=2)
+    strings = ["", "()", "([)]", "", "(())", "((()))", "[]()"]
+    assert m("") is True and m([""]) == [True] and m([[]]) == [True]
+    assert m(strings) == [bool(dyck_member(np.array([["()[]".index(c) for c in s]]).reshape(1, len(s)), 2, 2)[0])
+                          for s in strings] == [True, True, False, True, True, False, True]
+    res = m.run(strings)
+    assert res.logits.shape == (len(strings), 1, 2) and [a[0] for a in res.answers] == m(strings)
+    assert np.array_equal(res.logits[2], m.run(["([)]"]).logits[0])
+
+
+def test_a_wrong_answer_on_the_empty_string_is_refuted():
+    """The certificate covers length 0: a model whose h_0 reads "reject" (every longer string still
+    right) is refuted with the empty string; it was "proved for every string of every length"."""
+    m = dyck(types=2, depth=2).compiled
+    assert xf.verify(m, mode="certify").details["lengths"].startswith("every length >= 0")
+    H = m.hidden  # one more unit: 1 in h_0 only (no input, weight or bias sets it), read as "reject"
+    mutant = _with(m, W_hh=SparseRows.from_entries(
+        np.repeat(np.arange(H), m.W_hh.width), m.W_hh.cols.reshape(-1), m.W_hh.vals.num.reshape(-1), (H + 1, H + 1)),
+        W_ih=ExactTensor(np.r_[m.W_ih.num, np.zeros((1, 4), np.int64)], 1), b=ExactTensor(np.r_[m.b.num, 0], 1),
+        h0=ExactTensor(np.r_[m.h0.num, 1], 1), W_U=ExactTensor(np.r_[m.W_U.num, [[1, -2]]], 1), layout={})
+    fmt = parse_format(m.precision)
+    s = all_strings(6, 4)
+    assert np.array_equal(run(mutant, s, fmt).logits, run(m, s, fmt).logits)  # every nonempty string as before
+    assert run(mutant, np.zeros((1, 0), np.int64), fmt).answers == [[False]]
+    r = xf.verify(mutant, mode="certify")
+    assert not r.passed and r.counterexample is not None and r.counterexample["input"] == []
+    assert r.counterexample["expected"] == 1 and r.counterexample["got"] == 0
 
 
 def test_bad_inputs_name_the_parameter():
     m = dyck(types=2, depth=2)
     for bad, msg in (("(a)", "s: a string over '\\(\\)\\[\\]', got the character 'a'"), ("{}", "character '\\{'"),
-                     (["()", "(())"], "one length, got lengths 2 and 4"), ("", "length >= 1"), ([0, 9], "token ids")):
+                     ([0, 9], "token ids")):
         with pytest.raises(DyckError, match=msg):
             m(bad)
     for kw, msg in ((dict(types=5), "types: an integer in \\[1, 4\\], got 5"),
@@ -399,7 +431,7 @@ def test_other_bounds_certified_and_right_on_every_string(types, depth, max_len)
     r = xf.verify(m, mode="certify")
     assert r.passed and r.details["automaton_states"] == dyck_automaton(types, depth).states
     fmt = parse_format(m.precision)
-    for L in range(1, max_len + 1):
+    for L in range(0, max_len + 1):
         s = all_strings(L, 2 * types)
         got = np.array([a[0] for a in run(m, s, fmt).answers])
         assert np.array_equal(got, dyck_member(s, types, depth)), L

@@ -10,6 +10,7 @@ import json
 import re
 import subprocess
 import sys
+from fractions import Fraction
 from pathlib import Path
 
 import numpy as np
@@ -184,7 +185,7 @@ def test_report_rows_use_the_built_precision():
     p = built["built"]["precision_bits"]
     assert built["p"] == p and built["p_source"] == "built"
     assert built["bounds"]["rnn-equality"] == {"units": lb.rnn_inequality(1 << 8, p),
-                                               "bits": lb.rnn_inequality(1 << 8, p) * p}
+                                               "bits": lb.rnn_inequality(1 << 8, p) * p, "why_not": None}
     assert built["bounds"]["one-layer-equality"]["units"] == lb.one_layer_equality(1 << 8, p)
     assert not_built["built"] is None and "not rebuilt" in not_built["not_built"]
     assert not_built["p"] == 44 and not_built["p_source"] == "reference"  # 2 * 21 + 2
@@ -202,6 +203,83 @@ def test_report_csv_matches_report():
     assert int(r["size_bits"]) == doc["rows"][1]["built"]["size_bits"]
     assert int(r["rnn-index-lookup"]) == doc["rows"][1]["bounds"]["rnn-index-lookup"]["units"]
     assert r["one-layer-disjointness"] == ""  # not a bound of Index Lookup
+
+
+#: each bound's conditions, restated by hand from its statement: (N, the row's parameters) -> whether they hold
+CONDITIONS = {
+    "rnn-index-lookup": lambda n, kw: n >= 2, "rnn-associative-recall": lambda n, kw: n >= 2,
+    "rnn-nearest-neighbor-last": lambda n, kw: n >= 2, "tracr-index-lookup": lambda n, kw: n >= 2,
+    **{k: (lambda n, kw: n % 2 == 0) for k in ("rnn-equality", "rnn-disjointness", "rnn-nearest-neighbor",
+                                                "rnn-mqar-last", "one-layer-equality", "one-layer-equality-itemised",
+                                                "one-layer-disjointness", "one-layer-disjointness-itemised",
+                                                "one-layer-dyck", "one-layer-dyck-itemised")},
+    "rnn-k-hop-index": lambda n, kw: n >= 2 * kw["k"] + 1 and kw["alphabet"] >= kw["k"] + 2,
+    "rnn-k-hop-state": lambda n, kw: kw["alphabet"] >= 2, "rnn-dyck-dfa": lambda n, kw: True,
+}
+
+
+def _row_parameters(spec: sz.SizeSpec) -> dict:
+    """The task parameters of a spec's rows, read from a built model (N = 2^6: they do not depend on N
+    where a spec gives them), with k = 1 for a task without hops."""
+    model = registry.get(spec.construction).builder(1 << 6, **spec.builder_kwargs)
+    return {"k": 1} | {k: v for k, v in model.task_params.items() if k in ("alphabet", "k")}
+
+
+def test_every_bound_value_holds_its_conditions(committed):
+    """A bound stands in a row only where its conditions hold at that row's N and parameters (taken
+    from a built model, restated by hand in CONDITIONS), and says which fails where they do not:
+    the k-hop INDEX reduction needs N >= 2k + 1 and |Sigma| >= k + 2, and at |Sigma| = 64 it stops at
+    ceil((63 - k)/p) (it read floor((N - 1)/2)/p before, 18,725 units at 2^20, for a task an RNN of 455
+    state bits solves)."""
+    params = {name: _row_parameters(s) for name, s in sz.SIZE_SPECS.items()
+              if any(lb.BOUNDS[k].params for k in s.bound_keys)}
+    seen = set()
+    for r in committed["rows"]:
+        for k, v in r["bounds"].items():
+            b = lb.BOUNDS[k]
+            if not b.explicit:
+                assert v == {"units": None, "bits": None, "why_not": None}
+                continue
+            kw = params.get(r["spec"], {})
+            assert CONDITIONS[k](r["n"], kw) == (v["why_not"] is None) == (v["units"] is not None), (r["spec"], r["n"], k)
+            if k == "rnn-k-hop-index" and v["units"] is not None:
+                n, kk, a = r["n"], kw["k"], kw["alphabet"]
+                assert v["units"] == -(-min((n - 2 * kk + 1) // 2, a - kk - 1) // r["p"]) <= -(-(a - kk - 1) // r["p"])
+            seen.add((k, v["units"] is None))
+    assert {("rnn-k-hop-index", True), ("rnn-k-hop-index", False)} <= seen  # k = 16 at N = 16 has none
+    assert params["induction-heads"] == {"k": 1, "alphabet": 64} and params["k-hop"] == {"k": 16, "alphabet": 64}
+
+
+def test_a_bound_needing_a_parameter_the_rows_lack_is_refused():
+    spec = dataclasses.replace(sz.SIZE_SPECS["k-hop"], kwargs=(("k", 16),))
+    with pytest.raises(lb.BoundError, match="needs the task parameters alphabet"):
+        spec.bound_params("rnn-k-hop-index")
+
+
+def test_tables_show_the_mlp_units_beside_the_width(committed):
+    """Neither paper's width counts the MLPs; the tables show their hidden units beside it (induction
+    heads' MLPs are wider than its residual stream in every row)."""
+    head, cells = sz.spec_table(committed, "induction-heads", built_only=True)
+    i, w = head.index("MLP units"), head.index("width")
+    assert cells and all(int(c[i]) > int(c[w]) for c in cells)
+    head, cells = sz.spec_table(committed, "dyck-rnn", built_only=True)
+    assert {c[head.index("MLP units")] for c in cells} == {"—"}  # a recurrent model has no MLP
+
+
+@pytest.mark.parametrize("x,text", [(Fraction(17, 8), "2.125"), (Fraction(4), "4"), (Fraction(1, 20), "0.05"),
+                                    (Fraction(7, 3), "7/3 ≈ 2.333333"), (Fraction(2621440, 174763), "2621440/174763 ≈ 14.99997")])
+def test_exact_ratio(x, text):
+    assert sz.exact_ratio(x) == text
+
+
+def test_separations_page_quotes_the_factors_the_tables_give(committed):
+    """docs/separations.md's factors by which the built RNNs exceed their bounds are the generated
+    lines' (written 2.12 once for 2.125)."""
+    text = " ".join((ROOT / "docs" / "separations.md").read_text().split())
+    for spec, task in (("index-lookup-rnn", "Index Lookup"), ("equality-rnn", "Equality"), ("mqar-rnn", "MQAR")):
+        line = next(x for x in sz.separation_lines(committed, spec) if "at most" in x)
+        factor = re.search(r"at most (.+?) times", line).group(1)
+        assert f"{factor} for {task}" in text, (spec, factor)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -466,6 +544,18 @@ def test_cli_recompute_computes_every_row(app, monkeypatch):
     assert res.exit_code == 0, res.output
     assert calls == [("index-lookup", 16), ("index-lookup", 64), ("equality", 16), ("equality", 64)]
     assert all(r["built"]["layers"] == 9 for r in json.loads(res.stdout)["rows"])
+    assert res.stderr == ""  # under --json: no progress
+
+
+def test_cli_recompute_shows_progress(app, monkeypatch):
+    """`sizes --recompute` (minutes) showed nothing without a terminal: one line per construction
+    now, with its seconds (a bar with the ETA on a terminal)."""
+    monkeypatch.setattr(sz, "SIZE_PROVIDER", _fake_rows([]))
+    res = CliRunner().invoke(app, ARGS + ["--recompute", "--csv"])
+    assert res.exit_code == 0, res.output
+    lines = res.stderr.splitlines()
+    assert [line.split(":")[0] for line in lines] == ["sizes index-lookup", "sizes equality"]
+    assert all(re.fullmatch(r"sizes [a-z-]+: \d+\.\d\d s", line) for line in lines)
 
 
 def test_cli_computes_rows_the_committed_data_lacks(app, monkeypatch):

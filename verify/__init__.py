@@ -22,10 +22,12 @@ from typing import Any
 
 class _CallableModule(types.ModuleType):
     def __call__(self, model: Any, mode: str | None = None, **kwargs: Any) -> Any:
-        """``xf.verify``: :func:`exactformer.verify.verifier.verify`."""
-        from exactformer.verify.verifier import verify
+        """``xf.verify``: :func:`exactformer.verify.verifier.verify`, with a progress bar on a
+        terminal for a long run unless ``progress`` / ``phase`` are given (False: none)."""
+        from exactformer.verify.verifier import shown_progress, verify
 
-        return verify(model, mode=mode, **kwargs)
+        with shown_progress(model, mode, kwargs) as kw:
+            return verify(model, mode=mode, **kw)
 
 
 sys.modules[__name__].__class__ = _CallableModule

@@ -1,4 +1,6 @@
-"""The smallest precision that certifies a construction.
+"""The smallest value of one precision parameter that certifies a construction: the fraction bits
+at a fixed number of integer bits (``binary``) or App. B.2's kc (``paper``); the other bits are
+not varied, and the result says which were scanned (:attr:`MinPrecision.scanned`).
 
 Passing is not monotone in the number of bits at very low precision (see docs/precision.md), so
 the scan goes upward and reports the smallest value from which every larger value up to the last
@@ -22,7 +24,9 @@ class MinPrecision:
 
     ``kind``: "binary" (frac bits at a fixed number of integer bits) or "paper" (kc of App. B.2);
     ``value``/``format``: the answer (None when none was found); ``passing``: every value that
-    passed; ``results``: value -> (format name, passed, reason)."""
+    passed; ``results``: value -> (format name, passed, reason); ``scanned``: what was varied and
+    over which values, in words (``"frac bits 1..9 at int=6"``: not the smallest precision of any
+    kind, the smallest frac bits at those integer bits)."""
 
     kind: str
     value: int | None
@@ -30,6 +34,7 @@ class MinPrecision:
     passing: list[int]
     checked_up_to: int
     results: dict[int, dict[str, Any]]
+    scanned: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -61,5 +66,6 @@ def find_min_precision(build: Callable[[Format], CompiledModel], kind: str = "bi
         run_start = (run_start or v) if ok else None
         if run_start is not None and v - run_start >= confirm:
             break
+    what = f"frac bits 1..{max(results)} at int={int_bits}" if kind == "binary" else f"kc 1..{max(results)} for N = {n}"
     return MinPrecision(kind, run_start, results[run_start]["format"] if run_start else None,
-                        [v for v, r in results.items() if r["passed"]], max(results), results)
+                        [v for v, r in results.items() if r["passed"]], max(results), results, what)

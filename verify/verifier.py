@@ -15,18 +15,19 @@ argument has one check here (``check_*``) that the CLI uses too; a bad one raise
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 from dataclasses import asdict, dataclass, field
 from fractions import Fraction
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Iterator
 
 import numpy as np
 
 from exactformer.constructions.core import registry
-from exactformer.constructions.core.ir import CompiledModel, IRError, ModelIR
+from exactformer.constructions.core.ir import CompiledModel, IRError, ModelIR, fixed_point_only_heads
 from exactformer.constructions.core.task import EXHAUSTIVE_LIMIT, MODES, Batch, Task, count_log2, format_count, inputs_phrase
-from exactformer.precision import Format, float_format, parse_format
+from exactformer.precision import NO_CUDA, Format, cuda_available, float_format, parse_format
 from exactformer.verify.certify.composed import certify
 from exactformer.verify.executor.exact import run
 
@@ -82,6 +83,7 @@ class Report:
     samples: int | None = None  # sample mode: the random inputs asked for (the rest of inputs_covered: adversarial)
     input_count: str = ""  # the number of distinct inputs, short (:func:`format_count`)
     input_count_log2: float | None = None  # its log2 (None: too many to count)
+    d_mlp: int = 0  # the most MLP hidden units of a layer: not in the width (P1's max(m, d)), shown beside it
 
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
@@ -104,7 +106,7 @@ def _base(model: CompiledModel, fmt: Format, mode: str, seed: int | None) -> dic
     return dict(construction=model.construction, theorem=model.theorem, n=model.n, mode=mode, seed=seed,
                 precision=fmt.name, precision_bits=bits, eta=None if eta is None else str(eta),
                 eta_paper=_param(model, "eta_paper"), k=_param(model, "k"), layers=model.n_layers,
-                heads=model.n_heads, width=model.width, size_bits=model.size_bits(bits))
+                heads=model.n_heads, width=model.width, d_mlp=model.d_mlp, size_bits=model.size_bits(bits))
 
 
 #: the float dtypes torch runs the exported model in (and the certificates enclose, precision/boxes.py)
@@ -215,11 +217,8 @@ def check_device(device: str) -> str:
     """cpu, or cuda where a CUDA device is available."""
     if device not in DEVICES:
         raise VerifyError("device", f"must be one of {' | '.join(DEVICES)}, got {device!r}")
-    if device == "cuda":
-        import torch
-
-        if not torch.cuda.is_available():
-            raise VerifyError("device", "cuda: no CUDA device is available (use cpu)")
+    if device == "cuda" and not cuda_available():
+        raise VerifyError("device", NO_CUDA)
     return device
 
 
@@ -308,12 +307,11 @@ def lacks(name: str, mode: str) -> str:
 
 def certificate_refusal(model: Any, arithmetic: str) -> str | None:
     """Why no certificate covers ``model`` run in ``arithmetic`` (a head of its plan whose block is
-    certified in fixed point only: the pointer certificate), or None. It only steers the choice of
-    a mode; the certificate itself never trusts the plan."""
+    certified in fixed point only: :func:`~exactformer.constructions.core.ir.fixed_point_only_heads`,
+    the one source the manifest and ``params["arithmetics"]`` read too), or None. It only steers the
+    choice of a mode; the certificate itself never trusts the plan."""
     model = check_model(model)
-    if arithmetic == "fixed":
-        return None
-    only = sorted({type(p.block).__name__ for p in model.plan if p.kind == "head" and p.block.fixed_point_only})
+    only = [] if arithmetic == "fixed" else fixed_point_only_heads(model.plan)
     if not only:
         return None
     return (f"no certificate for {model.construction} in {arithmetic}: its {', '.join(only)} heads are certified "
@@ -379,7 +377,8 @@ def verify(model: Any, mode: str | None = None, fmt: Format | str | None = None,
     2^32 inputs with the single-process result, sample draws its inputs per shard (seeds from
     ``seed`` and the shard, the same for any number of workers).
     ``progress(n)`` is called with the inputs done per batch, ``phase(name)`` with each
-    certificate step. Every bad argument raises :class:`VerifyError` naming it."""
+    certificate step (``xf.verify`` and ``m.verify`` show a bar by default:
+    :func:`shown_progress`). Every bad argument raises :class:`VerifyError` naming it."""
     model = check_model(model)
     check_mode(mode)
     check_arithmetic(arithmetic)
@@ -473,6 +472,48 @@ def _malformed(model: ModelIR, task: Task) -> Report | None:
                 precision=str(model.precision), precision_bits=0, eta=None, eta_paper=None, k=None,
                 layers=model.n_layers, heads=model.n_heads, width=model.width, size_bits=0)
     return Report(**base, passed=False, inputs_covered=0, seconds=0.0, reason=reason)
+
+
+#: seconds a run lasts before the API's default progress bar appears (shorter runs show nothing)
+PROGRESS_DELAY = 2.0
+
+
+@contextlib.contextmanager
+def shown_progress(model: Any, mode: str | None, kwargs: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    """What ``xf.verify`` and ``m.verify`` show by default: where ``progress`` / ``phase`` are not
+    given (False: nothing), a tqdm bar on stderr over the inputs of an exhaustive or sampled run
+    (its total and ETA) or the certificate's current step, once the run has lasted
+    :data:`PROGRESS_DELAY` seconds, on a terminal or in a notebook only (tqdm's own test: nothing in
+    a log). Yields :func:`verify`'s keyword arguments with the callbacks filled in."""
+    kwargs = dict(kwargs)
+    auto = [k for k in ("progress", "phase") if kwargs.get(k) is None]
+    for k in ("progress", "phase"):
+        if kwargs.get(k) is False:
+            kwargs[k] = None
+    bar = None
+    try:
+        m = check_model(model)
+        task = task_of(m)
+        shard = check_sharding(mode, kwargs.get("workers"), kwargs.get("scheduler"))
+        chosen, _ = choose_mode(task, m, mode, shard, kwargs.get("arithmetic", "fixed"))
+    except VerifyError:
+        chosen = None  # verify raises it, naming the parameter
+    if chosen is not None and ("phase" if chosen == "certify" else "progress") in auto:
+        from tqdm.auto import tqdm  # imported where a run may show it
+
+        what = f"{chosen} {m.construction} n={m.n}"
+        if chosen == "certify":
+            bar = tqdm(desc=what, bar_format="{desc} [{elapsed}]", delay=PROGRESS_DELAY, disable=None, leave=False)
+            kwargs["phase"] = lambda name: bar.set_description_str(f"{what}: {name}")
+        else:
+            total = int(task.count(m)) if chosen == "exhaustive" else 2 * (kwargs.get("samples") or DEFAULT_SAMPLES)
+            bar = tqdm(desc=what, total=total, unit=" inputs", delay=PROGRESS_DELAY, disable=None, leave=False)
+            kwargs["progress"] = bar.update
+    try:
+        yield kwargs
+    finally:
+        if bar is not None:
+            bar.close()
 
 
 def certified_arithmetics(model: Any, device: str = "cpu") -> dict[str, list[str]]:

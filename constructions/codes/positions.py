@@ -40,6 +40,7 @@ import numpy as np
 
 from exactformer.constructions.codes import generators as gen
 from exactformer.constructions.core.ir import code_fingerprint
+from exactformer.precision import cuda_available
 from exactformer.constructions.codes.gram import (
     K_EXACT_MAX,
     GramMax,
@@ -138,9 +139,7 @@ def _check_device(device: Any) -> str:
     if not isinstance(device, str) or not (device == "cpu" or device == "cuda" or device.startswith("cuda:")):
         raise PositionCodeError(f"device must be 'cpu' or 'cuda' (or 'cuda:N') (got {device!r})")
     if device.startswith("cuda"):
-        import torch
-
-        if not torch.cuda.is_available():
+        if not cuda_available():
             raise PositionCodeError(
                 f"device={device!r} needs a CUDA device, but torch.cuda.is_available() is False; "
                 "allowed here: device='cpu'"

@@ -30,9 +30,12 @@ from exactformer.constructions.core.ir import (
     CompiledModel,
     Embedding,
     ExactTensor,
+    FIXED_POINT_ONLY_NOTE,
     IRError,
     ModelShape,
+    Param,
     check_shapes,
+    fixed_point_only_heads,
 )
 
 Exact = Any  # np.ndarray of ints | (np.ndarray, int) | Fraction | int
@@ -328,4 +331,8 @@ class ModelBuilder:
             blocks=blocks, W_U=W_U.tensor(), b_U=b_U.tensor(), vocab=vocab, answers=answers,
             layout=self.layout.as_dict(), plan=list(self.plan), **fields)
         check_shapes(model)
+        only, designed = fixed_point_only_heads(model.plan), model.params.get("arithmetics")
+        if only and designed is not None:  # the arithmetics the design checked are not all certified
+            model.params["arithmetics"] = Param(designed.value,
+                                                designed.formula + FIXED_POINT_ONLY_NOTE.format(", ".join(only)))
         return model

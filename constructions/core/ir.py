@@ -642,6 +642,19 @@ class CompiledModel(ModelIR):
         return {k: t.raw(fmt) for k, t in self.tensors().items()}
 
 
+def fixed_point_only_heads(plan: Sequence[Any]) -> list[str]:
+    """The blocks of a plan's heads whose local certificates prove them in the fixed-point format
+    only (``HeadBlock.fixed_point_only``). The one source of "certified in float": the verifier's
+    mode choice and refusals (``certificate_refusal``), the manifest ``xf.save`` writes, a build's
+    ``params["arithmetics"]`` (``ModelBuilder.build`` notes it there) and the modes table of
+    docs/cli.md read it."""
+    return sorted({type(p.block).__name__ for p in plan if p.kind == "head" and getattr(p.block, "fixed_point_only", False)})
+
+
+#: said after a build's ``params["arithmetics"]`` where a head is certified in fixed point only
+FIXED_POINT_ONLY_NOTE = "; no certificate covers the floats: its {} heads are certified in fixed point only"
+
+
 def _hash_tensor(h: "hashlib._Hash", name: str, t: ExactTensor) -> None:
     num = t.num
     h.update(f"{name}|{num.shape}|{num.dtype}|{t.den}|".encode())

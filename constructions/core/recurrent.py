@@ -175,6 +175,11 @@ class RNNModel(ModelIR):
         return self.hidden
 
     @property
+    def d_mlp(self) -> int:
+        """No MLP: one ReLU layer is the recurrence itself (its units are the width)."""
+        return 0
+
+    @property
     def plan(self) -> list:
         """No blocks: a recurrent model's unit groups record no plan (its certificate reads the
         weights and the task's automaton only)."""

@@ -344,6 +344,11 @@ class Task(ABC):
     def to_arrays(self, model: Any, examples: list[Any]) -> tuple[np.ndarray, ...]:
         """Natural inputs (as users write them) -> the task's arrays, validated."""
 
+    def groups(self, model: Any, examples: list[Any]) -> list[list[int]]:
+        """The indices of ``examples`` that run as one array (default: all of them; a task whose
+        model runs on inputs of several lengths groups them by length)."""
+        return [list(range(len(examples)))]
+
     def batch(self, model: Any, *arrays: np.ndarray, kind: str = "") -> Batch:
         return Batch(tuple(arrays), self.encode_arrays(model, *arrays), self.truth(model, *arrays), kind)
 

@@ -202,6 +202,21 @@ def check_save_options(dense: Any, materialize_limit: Any) -> None:
         raise ExportError(f"materialize_limit must be an integer >= 0, got {materialize_limit!r}")
 
 
+def out_directory(out_dir: str | os.PathLike) -> Path:
+    """``out_dir`` as the directory a save writes, created if missing (an earlier export's files in it
+    are replaced); ExportError naming ``out_dir`` where it is an existing file or cannot be created
+    (mkdir raised a bare FileExistsError before)."""
+    out = Path(out_dir)
+    if out.exists() and not out.is_dir():
+        raise ExportError(f"out_dir: {str(out)!r} is an existing file, not a directory; give a directory (created "
+                          "if missing; the files of an earlier export in it are replaced)")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise ExportError(f"out_dir: cannot create {str(out)!r}: {e.strerror}") from None
+    return out
+
+
 @save.register
 def save_transformer(model: CompiledModel, out_dir: str | os.PathLike, dense: bool = True,
                      materialize_limit: int = DEFAULT_MATERIALIZE_LIMIT,
@@ -221,8 +236,7 @@ def save_transformer(model: CompiledModel, out_dir: str | os.PathLike, dense: bo
     check_shapes(model)
     check_save_options(dense, materialize_limit)
     certified = certified_json(certified_arithmetics)
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    out = out_directory(out_dir)
 
     floats: dict[str, np.ndarray] = {}
     exact: dict[str, np.ndarray] = {}

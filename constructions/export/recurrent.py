@@ -33,7 +33,7 @@ from safetensors.numpy import load_file, save_file
 from exactformer.constructions.core.ir import ExactTensor
 from exactformer.constructions.core.recurrent import RNNModel, SparseRows
 from exactformer.constructions.export.files import (DEFAULT_MATERIALIZE_LIMIT, LOADERS, EXACTNESS_NOTE, atomic_write,
-                                                    certified_json, check_save_options, exact_reader, save,
+                                                    certified_json, check_save_options, exact_reader, out_directory, save,
                                                     tensor_entry)
 from exactformer.constructions.export.floats import ExportError, to_float64
 from exactformer.constructions.export.manifest import (DIGESTS_KEY, EXACT_FILE, FORMAT_NAME, FORMAT_VERSION,
@@ -80,8 +80,7 @@ def save_recurrent(model: RNNModel, out_dir: str | os.PathLike, dense: bool = Tr
         raise ExportError(f"materialize_limit: the dense float file holds rnn.weight_hh_l0 with H^2 = {model.hidden ** 2} "
                           f"entries, above {materialize_limit}; save with dense=False (the exact file only)")
     certified = certified_json(certified_arithmetics)
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    out = out_directory(out_dir)
     floats: dict[str, np.ndarray] = {}
     exact: dict[str, np.ndarray] = {}
     big: dict[str, list[str]] = {}

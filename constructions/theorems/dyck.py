@@ -106,11 +106,12 @@ def check_types_depth(types: int, depth: int) -> None:
 
 class DyckTask(Task):
     """Membership in Dyck-(k, D) (module docstring). Natural input: a string over the first 2k
-    brackets of ``()[]{}<>`` (or a list of token ids), any length >= 1 (one length per call); the
-    verifier's exhaustive and sampled inputs have length N. Answer: True / False."""
+    brackets of ``()[]{}<>`` (or a list of token ids) of any length >= 0 (the empty string is a
+    member); a call's strings may differ in length (:meth:`groups`); the verifier's exhaustive and
+    sampled inputs have length N. Answer: True / False."""
 
     ENCODING = {
-        "inputs": [{"name": "s", "type": "a string over the first 2*types brackets of ()[]{}<>, any length >= 1"}],
+        "inputs": [{"name": "s", "type": "a string over the first 2*types brackets of ()[]{}<>, any length >= 0"}],
         "tokens": [{"for_each": "s", "token": "{}"}],
     }
 
@@ -134,17 +135,28 @@ class DyckTask(Task):
     def encode_arrays(self, model: Any, strings: np.ndarray) -> np.ndarray:
         k, _ = self.params(model)
         s = np.asarray(strings)
-        if s.ndim != 2 or s.shape[1] < 1 or (s.size and (not np.issubdtype(s.dtype, np.integer) or s.min() < 0
-                                                        or s.max() >= 2 * k)):
-            raise DyckError(f"s: strings of token ids in [0, {2 * k}) of one length >= 1, shape [B, L], got {s.shape}")
+        if s.ndim != 2 or (s.size and (not np.issubdtype(s.dtype, np.integer) or s.min() < 0 or s.max() >= 2 * k)):
+            raise DyckError(f"s: strings of token ids in [0, {2 * k}) of one length, shape [B, L], got {s.shape}")
         return s.astype(np.int32)
+
+    def groups(self, model: Any, examples: list[Any]) -> list[list[int]]:
+        """The examples of one length together (each group one array; the model runs on any length)."""
+        by_length: dict[int, list[int]] = {}
+        for i, e in enumerate(examples):
+            e = self._unwrap(e)
+            by_length.setdefault(len(e) if isinstance(e, (str, list, tuple, np.ndarray)) else -1, []).append(i)
+        return list(by_length.values())
+
+    @staticmethod
+    def _unwrap(e: Any) -> Any:
+        return e[0] if isinstance(e, tuple) and len(e) == 1 else e
 
     def to_arrays(self, model: Any, examples: list[Any]) -> tuple[np.ndarray]:
         k, _ = self.params(model)
         alphabet = BRACKETS[: 2 * k]
         rows = []
         for e in examples:
-            e = e[0] if isinstance(e, tuple) and len(e) == 1 else e
+            e = self._unwrap(e)
             if isinstance(e, str):
                 bad = [c for c in e if c not in alphabet]
                 if bad:
@@ -155,10 +167,9 @@ class DyckTask(Task):
                 raise DyckError(f"s: a string over {alphabet!r} or a list of token ids in [0, {2 * k})")
             rows.append([int(v) for v in e])
         lengths = sorted({len(r) for r in rows})
-        if lengths and lengths[0] < 1:
-            raise DyckError("s: a string of length >= 1")
-        if len(lengths) > 1:
-            raise DyckError(f"s: the strings of one call must have one length, got lengths {lengths[0]} and {lengths[1]}")
+        if len(lengths) > 1:  # xf.Model runs the groups of :meth:`groups` one by one
+            raise DyckError(f"s: the strings of one array must have one length (xf.Model runs them by length), got "
+                            f"lengths {lengths[0]} and {lengths[1]}")
         return (np.asarray(rows, dtype=np.int64).reshape(len(rows), lengths[0] if lengths else 0),)
 
     # ---- inputs ---------------------------------------------------------------------------------

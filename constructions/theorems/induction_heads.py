@@ -20,9 +20,12 @@ where there is no earlier occurrence, and sigma(0) = 0, so "no answer" is absorb
     readout: CodeReadout(TA, or TP for k = 1): the token whose code it holds
 
 So induction heads take 2 layers and k-hop floor(log2 k) + 3 <= ceil(log2 k) + 3, every layer one
-or two heads, width 4M + 4m + 1 (k = 1) or 6M + 6m + 1 with M = O(log |Sigma|) and
+or two heads, width (d_model) 4M + 4m + 1 (k = 1) or 6M + 6m + 1 with M = O(log |Sigma|) and
 m = ceil(log2(N + 1)): O(log N + log |Sigma|), where P2's MPC route has m = O(N^eps) per head
-(its per-token maps not counted). The CleanCode MLPs are counted in the width and the parameters.
+(its per-token maps not counted). The CleanCode MLPs are not in the width: a layer's MLP has 6
+hidden units per cleaned column, 6(M + m) in a layer that follows one pointer and 12(M + m) in one
+that follows two (k not a power of two), so induction heads' MLP is wider than its d_model at every
+N; the size tables show the MLP units beside the width (docs/sizes.md), and the parameters count them.
 
 Guarantee (the blocks' sufficient conditions, checked for the chosen eta, lambda and format in the
 fixed-point format and in exact reals, float64 and float32 where they hold): every pointer head

@@ -214,7 +214,8 @@ def _code(values: np.ndarray, b: int, sends: np.ndarray | None = None) -> np.nda
               claim=Claim("P2 Thm 4.1 (Sec. 4.1)", "O(R) = 2 ceil(log_B N)", "O(N^((eps'-eps)/4))", "O(N^eps')",
                           "p-bit words", "R rounds, s = N^eps words per machine",
                           "P2 counts heads x embedding dimension; its per-token maps are arbitrary functions (not "
-                          "counted): here they are exact ReLU MLPs, counted"),
+                          "counted): here they are exact ReLU MLPs of O(B^2 2^p) units per layer, in the parameters "
+                          "and shown as MLP units beside the width, not in it"),
               sizes=NoRows("prefix-sums", "a library protocol (not in the papers' size claims): its sizes are in "
                                           "docs/mpc.md"),
               example=dict(n=8, word_bits=3), all_max_n=VERIFY_ALL_N,
@@ -340,7 +341,8 @@ def prefix_sums(n: int, word_bits: int = 4, fan_in: int = 2, precision: Format |
             "precision_bits": Param(fmt.bits, "bits of one number in the format"),
             "arithmetics": Param([fmt.name, "real", "float64", "float32"],
                                  "fixed point: exact (c <= 1 per head); reals and floats: eta keeps every step "
-                                 "within its margin"),
+                                 "within its margin (the builder's argument, not a certificate: it is verified by "
+                                 "running it)"),
         })
     model.weights_raw(fmt)
     return model

@@ -37,7 +37,6 @@ from functools import lru_cache
 from typing import Any, Iterator
 
 import numpy as np
-from sympy.solvers.diophantine.diophantine import sum_of_four_squares
 
 from exactformer.constructions.codes.products import pair_inner, resolve
 from exactformer.constructions.core.task import Batch, TaskError
@@ -85,6 +84,8 @@ def _hadamard(D: int) -> np.ndarray:
 
 @lru_cache(maxsize=4096)
 def _four_squares(m: int) -> tuple[int, int, int, int]:
+    from sympy.solvers.diophantine.diophantine import sum_of_four_squares  # sympy (0.4 s) imported where used
+
     return tuple(int(v) for v in sum_of_four_squares(m)) if m else (0, 0, 0, 0)
 
 

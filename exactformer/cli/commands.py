@@ -13,14 +13,17 @@ from __future__ import annotations
 import inspect
 import json
 import time
+from collections import Counter
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, NoReturn, Optional
 
 import typer
+from typer.core import TyperCommand
 
 import exactformer as xf
 from exactformer.arguments import ArgumentError, parse_int
+from exactformer.cli.main import click_errors
 from exactformer.cli.options import builder_kwargs, command, construction_options
 from exactformer.cli.output import EXIT_FAILED, Steps, fail, print_json, print_table
 from exactformer.constructions.core import registry
@@ -44,10 +47,24 @@ ALL_SAMPLES = 100
 # ------------------------------------------------------------------------------------------------
 
 
+class _OnceCommand(TyperCommand):
+    """A command whose options are given at most once each (those declared repeatable aside): click
+    would keep the last of ``--n 8 --n 16`` silently; a repeated option is refused (exit 2)."""
+
+    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
+        if not ctx.resilient_parsing:
+            _, _, order = self.make_parser(ctx).parse_args(args=list(args))
+            given = Counter(p for p in order if p.param_type_name == "option" and not p.multiple and not p.count)
+            for p, times in given.items():
+                if times > 1:
+                    raise click_errors.UsageError(f"{p.opts[0]}: given {times} times; give it once", ctx)
+        return super().parse_args(ctx, args)
+
+
 def typer_command(name: str, fn: Any, help: str, short_help: str | None = None) -> Any:
-    """A click command from a function with typer options."""
+    """A click command from a function with typer options (each option at most once)."""
     t = typer.Typer(rich_markup_mode=None, add_completion=False)
-    t.command(name, help=help, short_help=short_help)(fn)
+    t.command(name, help=help, short_help=short_help, cls=_OnceCommand)(fn)
     cmd = typer.main.get_command(t)
     cmd.name = name
     return cmd
@@ -130,8 +147,9 @@ VERIFY_OPTIONS = [
 ]
 FIND_MIN_OPTIONS = [
     _opt("find_min_precision", bool, typer.Option(
-        False, "--find-min-precision", help="instead of verifying: the smallest precision that certifies, scanning "
-                                            "upward (see --scan); exit 1 if none up to the top of the scan does")),
+        False, "--find-min-precision", help="instead of verifying: the smallest frac bits at int=6 (--scan binary) "
+                                            "or kc (--scan paper) that certifies, scanning upward; the integer bits are "
+                                            "not varied. Exit 1 if none up to the top of the scan does")),
     _opt("scan", Optional[str], typer.Option(
         None, "--scan", metavar="KIND", show_default=False,
         help="with --find-min-precision: binary (frac bits 1..24 at int=6; the default) | paper (kc 1..4 of App. B.2)")),
@@ -320,7 +338,7 @@ def _emit_report(report: Report, as_json: bool) -> None:
             rows.append(["mode chosen", d["mode_reason"]])
         rows.append(["inputs", inputs_text(report)])
         rows += [[k, d[k]] for k in ("theorem", "precision", "precision_bits", "eta", "eta_paper", "k", "layers",
-                                     "heads", "width", "size_bits", "min_margin")]
+                                     "heads", "width", "d_mlp", "size_bits", "min_margin")]
         rows += _counts_rows(d["counts"])
         if d["counterexample"]:
             rows.append(["counterexample", json.dumps(d["counterexample"], default=str)])
@@ -338,7 +356,7 @@ def _find_min(name: str, model: CompiledModel, kwargs: dict[str, Any], kind: str
     t0 = time.perf_counter()
     res = find_min_precision(lambda fmt: builder(**(kwargs | {"precision": fmt})), kind=kind, n=model.n, device=device)
     return {"construction": name, "theorem": model.theorem, "n": model.n, "mode": "find-min-precision", "kind": kind,
-            "passed": res.value is not None, "min_value": res.value, "precision": res.format,
+            "scanned": res.scanned, "passed": res.value is not None, "min_value": res.value, "precision": res.format,
             "passing": res.passing, "checked_up_to": res.checked_up_to,
             "results": [{"value": v, "precision": r["format"], "passed": r["passed"], "reason": r["reason"]}
                         for v, r in res.results.items()],
@@ -350,8 +368,9 @@ def _emit_scan(out: dict[str, Any], as_json: bool) -> None:
         print_json(out)
     else:
         what = "frac bits (int=6)" if out["kind"] == "binary" else "kc"
-        print_table(f"smallest precision of {out['construction']} n={out['n']}: {out['precision'] or 'none found'}",
-                    [what, "precision", "certified", "reason"],
+        smallest = "frac bits at int=6" if out["kind"] == "binary" else "kc"
+        print_table(f"smallest {smallest} that certifies {out['construction']} n={out['n']} (scanned {out['scanned']}): "
+                    f"{out['precision'] or 'none found'}", [what, "precision", "certified", "reason"],
                     [[r["value"], r["precision"], "yes" if r["passed"] else "no", r["reason"]] for r in out["results"]])
     if not out["passed"]:
         raise typer.Exit(EXIT_FAILED)
@@ -379,7 +398,7 @@ def _plan(name: str, model: Any, v: _Verification, n: int) -> _Row:
         notes.append(f"built at n = {model.n}, the largest `verify all` runs it at (it is verified by running it)")
     mode = v.mode
     if mode is not None and mode not in task.modes:
-        notes.append(f"{lacks(name, mode)} (its modes: {' | '.join(task.modes)}): ran in its strongest")
+        notes.append(lacking_note(name, task, mode))
         mode = None
     elif mode == "certify" and certificate_refusal(model, v.arithmetic):
         notes.append(f"{certificate_refusal(model, v.arithmetic)}: ran in its strongest other mode")
@@ -391,6 +410,11 @@ def _plan(name: str, model: Any, v: _Verification, n: int) -> _Row:
     sampled = chosen == "sample"
     options = replace(v, mode=mode, samples=v.samples if sampled else None, seed=v.seed if sampled else None)
     return _Row(name, model, chosen, options, "; ".join(notes) or None)
+
+
+def lacking_note(name: str, task: Any, mode: str) -> str:
+    """``verify all``'s note on a row whose construction does not have the --mode asked for."""
+    return f"{lacks(name, mode)} (its modes: {' | '.join(task.modes)}): ran in its strongest"
 
 
 def _verify_all(kw: dict[str, Any]) -> None:
@@ -421,12 +445,12 @@ def _verify_all(kw: dict[str, Any]) -> None:
         print_json({"n": n, "mode": v.mode, "samples": samples, "seed": v.seed or 0, "passed": passed,
                     "reports": [rep.to_dict() | {"name": r.name, "note": r.note} for r, rep in zip(rows, reports)]})
     else:
-        table = [[r.name, rep.theorem.split(" (")[0], rep.layers, rep.heads, rep.width, rep.precision,
+        table = [[r.name, rep.theorem.split(" (")[0], rep.layers, rep.heads, rep.width, rep.d_mlp, rep.precision,
                   rep.precision_bits, rep.size_bits, rep.mode + (" (see note)" if r.note else ""), inputs_text(rep),
                   "PASS" if rep.passed else "FAIL", f"{rep.seconds:.2f}"] for r, rep in zip(rows, reports)]
         print_table(f"exactformer: every construction at n = {n}",
-                    ["construction", "theorem", "layers", "heads", "width", "precision", "bits", "size (bits)", "mode",
-                     "inputs", "result", "seconds"], table)
+                    ["construction", "theorem", "layers", "heads", "width", "MLP units", "precision", "bits",
+                     "size (bits)", "mode", "inputs", "result", "seconds"], table)
         for r, rep in zip(rows, reports):
             if r.note or not rep.passed:
                 typer.echo(f"{r.name}: {'; '.join(x for x in (r.note, None if rep.passed else rep.reason) if x)}")

@@ -19,8 +19,11 @@ from typing import Any
 import typer
 
 from exactformer.constructions.core import registry
-from exactformer.cli.commands import BUILD_OPTIONS, FIND_MIN_OPTIONS, VERIFY_OPTIONS, dir_command
-from exactformer.cli.main import app
+from exactformer.cli.commands import BUILD_OPTIONS, FIND_MIN_OPTIONS, VERIFY_OPTIONS, dir_command, lacking_note
+from exactformer.cli.options import option_flag
+from exactformer.cli.main import OTHER_COMMANDS, app
+from exactformer.constructions.core.ir import fixed_point_only_heads
+from exactformer.verify.verifier import VerifyError, choose_mode
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "cli.md"
 BLOCK = re.compile(r"<!-- BEGIN GENERATED (?P<name>[\w:-]+) -->\n(?P<body>.*?)<!-- END GENERATED (?P=name) -->", re.S)
@@ -76,9 +79,48 @@ def generated_blocks() -> dict[str, str]:
         per_construction.append(f"#### `{name}` ({_cell(registry.get(name).theorem)})\n\n{options_table(rows)}")
     blocks["construction-summary"] = "\n".join(summary)
     blocks["construction-options"] = "\n\n".join(per_construction)
-    for command in ("positions", "sizes", "attention"):
+    blocks["construction-modes"] = modes_table()
+    blocks["mode-examples"] = mode_examples()
+    for command in OTHER_COMMANDS:
         blocks[f"{command}-options"] = options_table(option_rows(root.get_command(ctx, command), ctx))
     return blocks
+
+
+def modes_table() -> str:
+    """Each registered construction's modes, as its task declares them (``Task.modes``), and the
+    arithmetics its certificate covers (:func:`fixed_point_only_heads` on its registered example)."""
+    rows = []
+    for name in registry.names():
+        c = registry.get(name)
+        only = fixed_point_only_heads(c.builder(**c.example).plan)
+        covers = ("—" if "certify" not in c.task.modes else
+                  f"its fixed-point format only ({', '.join(only)} heads)" if only else "any arithmetic: fixed point, real, floats")
+        strongest = "certify" if "certify" in c.task.modes else "exhaustive where the inputs fit, else sample"
+        rows.append(f"| `{name}` | {_cell(' | '.join(c.task.modes))} | {strongest} | {covers} |")
+    return "\n".join(["| construction | modes | without `--mode` | the certificate covers |", "|---|---|---|---|", *rows])
+
+
+def mode_examples() -> str:
+    """The messages of a mode choice and of its refusals, from the functions that print them, on
+    the registered examples (``@construction(example=...)``): every construction without a
+    certificate, and the first with one."""
+    names = registry.names()
+    plain = [n for n in names if "certify" not in registry.get(n).task.modes]
+    rows = []
+    for name in plain + [next(n for n in names if n not in plain)]:
+        c = registry.get(name)
+        model = c.builder(**c.example)
+        cmd = f"verify {name} " + " ".join(f"{option_flag(k)} {v}" for k, v in c.example.items())
+        rows.append((f"`{cmd}`", f"`mode_reason`: `{choose_mode(c.task, model, None)[1]}`"))
+        if name not in plain[1:]:
+            for mode in ("certify", "exhaustive"):
+                try:
+                    choose_mode(c.task, model, mode)
+                except VerifyError as e:
+                    rows.append((f"`{cmd} --mode {mode}`", f"`error: --{e.parameter}: {e.reason}` (exit 2)"))
+        if name == plain[0]:
+            rows.append(("`verify all --mode certify`", f"{name}'s note: `{lacking_note(name, c.task, 'certify')}`"))
+    return "\n".join(["| run | what verify says |", "|---|---|", *(f"| {_cell(a)} | {_cell(b)} |" for a, b in rows)])
 
 
 def update(text: str) -> str:

@@ -29,6 +29,8 @@ except ImportError:  # pragma: no cover - older typer uses click itself
 from exactformer.cli.output import EXIT_BAD_INPUT, EXIT_FAILED, report_error
 
 TARGET = "<construction|DIR|all>"
+#: what ``build`` and ``verify`` need as their first argument, for the error without one
+TARGETS = {"build": "a construction", "verify": "a construction, all, or a DIR written by `exactformer build`"}
 #: commands besides build and verify: (module, function, help), imported when resolved
 OTHER_COMMANDS = {
     "positions": ("exactformer.cli.positions", "positions",
@@ -61,9 +63,14 @@ class _Root(TyperGroup):
         if not standalone_mode:
             return super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
         argv = list(sys.argv[1:] if args is None else args)
+        _refuse_cuda_early(argv)
         try:
             code = super().main(argv, prog_name or "exactformer", complete_var, standalone_mode=False, **extra)
         except click_errors.NoArgsIsHelpError as e:
+            if e.ctx.parent is not None:  # `build` or `verify` without its target: bad input, not a help request
+                report_error(f"{e.ctx.command_path}: a target is required: {TARGETS[e.ctx.info_name]}; "
+                             f"`{e.ctx.command_path} --help` lists them", "--json" in argv)
+                sys.exit(EXIT_BAD_INPUT)
             e.show()
             sys.exit(0)
         except click_errors.ClickException as e:
@@ -91,6 +98,19 @@ class _Root(TyperGroup):
         rows += [(name, text) for name, (_, _, text) in OTHER_COMMANDS.items()]
         with formatter.section("Commands"):
             formatter.write_dl(rows)
+
+
+def _refuse_cuda_early(argv: list[str]) -> None:
+    """``--device cuda`` on a machine without CUDA, refused before the command's modules (and torch)
+    are imported: the same line the command's own check prints, in a fraction of a second."""
+    asked = any(a == "--device=cuda" or (a == "--device" and b == "cuda") for a, b in zip(argv, argv[1:] + [""]))
+    if not asked or "--help" in argv or not argv or argv[0] not in ("verify", "positions", "attention"):
+        return
+    from exactformer.precision import NO_CUDA, cuda_available
+
+    if not cuda_available():
+        report_error(f"--device: {NO_CUDA}", "--json" in argv)
+        sys.exit(EXIT_BAD_INPUT)
 
 
 def _usage_message(e: Exception) -> str:

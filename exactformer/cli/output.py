@@ -67,19 +67,41 @@ def plain_table(title: str, columns: list[str], rows: list[list[str]], header: b
     return "\n".join(out) + "\n"
 
 
-def print_table(title: str, columns: list[str], rows: list[Any], header: bool = True) -> None:
+def print_table(title: str, columns: list[str], rows: list[Any], header: bool = True,
+                console: Console | None = None) -> None:
     """A table on stdout, cells as plain text (:func:`cell_text`; square brackets are printed, not
-    read as markup): boxed to the terminal's width on a terminal, else :func:`plain_table`."""
+    read as markup): boxed to the terminal's width on a terminal, else :func:`plain_table`. On a
+    terminal no word of a cell is split (65536 folded into 655 / 36 before): text wraps at spaces,
+    and columns that do not fit side by side go into further tables below, each repeating the
+    first column (:func:`column_groups`)."""
     cells = [[cell_text(v) for v in r] for r in rows]
-    if not sys.stdout.isatty():
+    if console is None and not sys.stdout.isatty():
         sys.stdout.write(plain_table(title, columns, cells, header))
         return
-    t = Table(title=title, show_header=header)
-    for c in columns:
-        t.add_column(c, overflow="fold")
-    for r in cells:
-        t.add_row(*r)
-    Console(file=sys.stdout, highlight=False, markup=False, emoji=False).print(t)
+    console = console or Console(file=sys.stdout, highlight=False, markup=False, emoji=False)
+    words = [max([len(w) for text in (c, *(r[i] for r in cells)) for w in text.split()] + [1])
+             for i, c in enumerate(columns)]
+    groups = column_groups(words, console.width)
+    for g, group in enumerate(groups):
+        t = Table(title=title if g == 0 else f"{title} (continued)", show_header=header)
+        for i in group:
+            t.add_column(columns[i], overflow="fold", min_width=min(words[i], console.width - 4))
+        for r in cells:
+            t.add_row(*(r[i] for i in group))
+        console.print(t)
+
+
+def column_groups(widths: list[int], available: int) -> list[list[int]]:
+    """Columns of these smallest widths (their longest words) in groups whose boxed tables fit
+    ``available`` characters (3 per column for the padding and the rule, 1 for the last rule): the
+    first column in every group, the others in order, each group as many as fit (at least one)."""
+    groups: list[list[int]] = []
+    for i in range(1, len(widths)) if len(widths) > 1 else []:
+        if groups and sum(widths[j] + 3 for j in groups[-1]) + widths[i] + 3 + 1 <= available:
+            groups[-1].append(i)
+        else:
+            groups.append([0, i])
+    return groups or [[0]]
 
 
 class _WithTotal(ProgressColumn):

@@ -3,7 +3,8 @@
 Registered by exactformer/cli/main.py as ``app.command("sizes")(sizes)``. Bad arguments print one line
 ``error: <parameter>: <allowed>`` to stderr and exit with status 2 (with ``--json``, stdout also
 holds ``{"error": ...}``). With ``--json`` stdout holds exactly one JSON object (schema in
-docs/sizes.md); progress goes to stderr, on a terminal only.
+docs/sizes.md). Progress goes to stderr (docs/cli.md): on a terminal a bar over the rows with its
+ETA, in a log one line per construction, nothing under ``--json``.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import typer
 
 from exactformer.verify.bounds import figures as fig
 from exactformer.verify.bounds import sizes as sz
-from exactformer.cli.output import fail, print_json, print_table
+from exactformer.cli.output import Steps, fail, print_json, print_table
 
 
 def _specs(values: list[str] | None) -> list[sz.SizeSpec]:
@@ -26,13 +27,25 @@ def _specs(values: list[str] | None) -> list[sz.SizeSpec]:
     return [sz.spec(name) for name in dict.fromkeys(names)]
 
 
-def _progress(total: int, quiet: bool) -> Callable[[], None] | None:
-    """A bar on stderr, on a terminal only (a log gets no bar updates)."""
-    if quiet or not sys.stderr.isatty():
-        return None
-    from tqdm import tqdm
+def _progress(steps: Steps, total: int, provider: sz.SizeProvider | None, ns: list[int]) -> Callable[[str], None]:
+    """Each row as it is done: on a terminal a bar over all ``total`` rows with its ETA; a step per
+    construction whose rows are computed (not all read from the committed data ``provider``), in a
+    log one line each with its seconds."""
+    done = steps.overall(total, "rows")
+    current: list[str] = []
 
-    return tqdm(total=total, unit="rows", file=sys.stderr, leave=False).update
+    def computed(name: str) -> bool:
+        held = getattr(provider, "holds", None)
+        return held is None or not all(held(sz.SIZE_SPECS[name], n) for n in ns)
+
+    def row(name: str) -> None:
+        if current != [name]:
+            current[:] = [name]
+            if computed(name):
+                steps.step(f"sizes {name}")
+        if done:
+            done(1)
+    return row
 
 
 def _rows_provider(recompute: bool, specs: list[sz.SizeSpec], ns: list[int]) -> sz.SizeProvider | None:
@@ -92,8 +105,10 @@ def sizes(
         ns = sz.n_values(sz.parse_n(n_min, "--n-min"), sz.parse_n(n_max, "--n-max"), step)
         provider = _rows_provider(recompute, specs, ns)
         if figures is not None:
-            paths = fig.generate_figures(figures, ns, provider, specs=specs, doc_path=doc,
-                                        progress=_progress(len(specs) * len(ns), json))
+            with Steps(lines=not json) as steps:
+                paths = fig.generate_figures(figures, ns, provider, specs=specs, doc_path=doc,
+                                            progress=_progress(steps, len(specs) * len(ns), provider, ns),
+                                            phase=steps.step)
             if json:
                 print_json({"written": [str(p) for p in paths]})
             else:
@@ -104,7 +119,8 @@ def sizes(
             fig.plot_families([(f, fig.family_series(f, ns, provider, specs)) for f in fams], plot)
             typer.echo(str(plot))
             return
-        doc_ = sz.report(specs, ns, provider, _progress(len(specs) * len(ns), json))
+        with Steps(lines=not json) as steps:
+            doc_ = sz.report(specs, ns, provider, _progress(steps, len(specs) * len(ns), provider, ns))
     except sz.SizesError as e:
         fail(str(e), json)
     if json:

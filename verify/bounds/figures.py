@@ -76,18 +76,30 @@ def family_series(family: str, ns: list[int], provider: SizeProvider | None = No
             if lb.BOUNDS[k].explicit]
     for k in keys:
         b = lb.BOUNDS[k]
-        name = f"{b.model} ({b.short}): {b.formula}"
-        units = Series(name, "", b.kind, "units")
-        bits = Series(name, "; bits", b.kind, "bits")
-        for n in ns:
-            p = reference_p(n)
-            u, bb = lb.evaluate(b, n, p)
-            if u is not None:
-                units.points.append((n, u, p))
-            if bb is not None:
-                bits.points.append((n, bb, p))
-        out += [x for x in (units, bits) if x.points]
+        for params in _bound_params(b, [s for s in specs if k in s.bound_keys]):
+            where = "".join(f", {name} = {v}" for name, v in params.items())
+            name = f"{b.model} ({b.short}{where}): {b.formula}"
+            units = Series(name, "", b.kind, "units")
+            bits = Series(name, "; bits", b.kind, "bits")
+            for n in ns:
+                p = reference_p(n)
+                u, bb = lb.evaluate(b, n, p, params)
+                if u is not None:
+                    units.points.append((n, u, p))
+                if bb is not None:
+                    bits.points.append((n, bb, p))
+            out += [x for x in (units, bits) if x.points]
     return out
+
+
+def _bound_params(b: lb.Bound, specs: list[SizeSpec]) -> list[dict[str, Any]]:
+    """The parameters a family figure draws bound ``b`` at: those of each spec that lists it (each
+    set once), or none for a bound without parameters; a bound that needs parameters no spec gives
+    is not drawn."""
+    if not b.params:
+        return [{}]
+    sets = [s.bound_params(b.key) for s in specs]
+    return [dict(t) for t in dict.fromkeys(tuple(d.items()) for d in sets)]
 
 
 def series_csv(series: list[Series]) -> str:
@@ -359,27 +371,33 @@ def plot_picture(pic: AttentionPicture, fmt_name: str, panels: list[Panel], path
 
 def generate_figures(out_dir: Path, ns: list[int], provider: SizeProvider | None = None,
                      specs: Iterable[SizeSpec] | None = None, doc_path: Path | Sequence[Path] | None = None,
-                     progress: Callable[[], None] | None = None) -> list[Path]:
+                     progress: Callable[[str], None] | None = None,
+                     phase: Callable[[str], None] | None = None) -> list[Path]:
     """Write into ``out_dir``: sizes.json (the report), sizes-<family>.png/.csv per family and
     attention-*.png/.csv; with ``doc_path`` (one page or several), rewrite each page's generated
     blocks: the separations page's (:mod:`exactformer.verify.bounds.separations`) or the size
-    tables'. Returns the paths."""
+    tables'. Returns the paths. ``progress``: :func:`report`'s; ``phase(name)`` as each later part
+    starts."""
     specs = list(specs if specs is not None else SIZE_SPECS.values())
+    phase = phase or (lambda name: None)
     out_dir.mkdir(parents=True, exist_ok=True)
     written = []
     doc = report(specs, ns, provider, progress)
     written.append(_write(out_dir / "sizes.json", _json_text(doc)))
+    phase("family figures")
     for fam in figure_families(s.family for s in specs):
         series = family_series(fam, ns, provider, specs)
         written.append(_write(out_dir / f"sizes-{fam}.csv", series_csv(series)))
         plot_families([(fam, series)], out_dir / f"sizes-{fam}.png")
         written.append(out_dir / f"sizes-{fam}.png")
+    phase("attention pictures")
     for pic in ATTENTION_PICTURES:
         fmt_name, panels, float64 = picture_panels(pic)
         written.append(_write(out_dir / f"{pic.name}.csv", picture_csv(panels)))
         plot_picture(pic, fmt_name, panels, out_dir / f"{pic.name}.png", float64)
         written.append(out_dir / f"{pic.name}.png")
     for page in ([doc_path] if isinstance(doc_path, Path) else list(doc_path or [])):
+        phase(f"rewrite {page}")
         rel = Path(os.path.relpath(out_dir.resolve(), page.resolve().parent)).as_posix()
         text = page.read_text()
         update = separations.update_doc if separations.holds_separations(text) else update_doc

@@ -32,7 +32,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import Callable
+from typing import Any, Callable, Mapping
 
 import numpy as np
 
@@ -40,7 +40,12 @@ from exactformer.constructions.theorems.dyck import dyck_member
 
 
 class BoundError(ValueError):
-    """Arguments outside a bound's domain (N < 2, odd N where the task splits N in halves, p < 1)."""
+    """Arguments outside a bound's domain or conditions (N < 2, odd N where the task splits N in
+    halves, p < 1, an alphabet too small for the reduction)."""
+
+
+#: a bound parameter without a default: the size row must give it (:attr:`Bound.params`)
+REQUIRED = object()
 
 
 # ------------------------------------------------------------------------------------------------
@@ -260,14 +265,47 @@ def rnn_mqar_last(n: int, p: int) -> int:
     return rnn_units(n // 2, p)
 
 
-def rnn_induction_heads(n: int, p: int) -> int:
-    """Derived here (not stated in P1 or P2): P1 Prop. 9's reduction (App. C.1) applied to induction
-    heads (P2 Def. 5.3, Sec. 5.2) on w = x_1 a_1 .. x_r a_r x_q of length N = 2r + 1 with distinct
-    symbols x_j and labels a_j from two further symbols: the output at the last position is
-    w_{sigma(w,N)} = a_q, so an RNN solves INDEX on r = floor((N-1)/2) bits and
-    m >= ceil(floor((N-1)/2) / p). Needs |Sigma| >= floor((N-1)/2) + 2."""
-    _check(n, p)
-    return rnn_units((n - 1) // 2, p)
+def k_hop_index_bits(n: int, k: int, alphabet: int) -> int:
+    """Derived here (not stated in P1 or P2; proof in docs/sizes.md, "Induction heads and k-hop"):
+    the bits r of INDEX that k-hop induction heads (P2 Def. 5.5; k = 1: Def. 5.3) on length N over
+    |Sigma| symbols solve one way, r = min(floor((N - 2k + 1)/2), |Sigma| - k - 1). Alice's prefix
+    is x_1 a_1 .. x_r a_r (padded in front to N - 2k + 1 tokens) with distinct symbols x_j and her
+    bits a_j written with two further symbols; Bob's suffix z_1 x_q z_2 z_1 .. z_{k-1} z_{k-2} z_{k-1}
+    (k - 1 fresh symbols z, 2k - 1 tokens; for k = 1 just x_q) makes k - 1 hops end on x_q and the
+    k-th on a_q. Conditions: N >= 2k + 1 and |Sigma| >= k + 2 (else BoundError: no instance); with
+    |Sigma| >= floor((N - 2k + 1)/2) + k + 1 the alphabet does not limit r (k = 1: |Sigma| >=
+    floor((N - 1)/2) + 2, r = floor((N - 1)/2))."""
+    _check(n)
+    for name, v, lo in (("k", k, 1), ("alphabet", alphabet, 2)):
+        if isinstance(v, bool) or not isinstance(v, int) or v < lo:
+            raise BoundError(f"{name} must be an integer >= {lo}, got {v!r}")
+    if n < 2 * k + 1 or alphabet < k + 2:
+        raise BoundError(f"the reduction needs N >= 2k + 1 and |Sigma| >= k + 2, got N = {n}, k = {k}, "
+                         f"|Sigma| = {alphabet}")
+    return min((n - 2 * k + 1) // 2, alphabet - k - 1)
+
+
+def rnn_k_hop_index(n: int, p: int, alphabet: int, k: int = 1) -> int:
+    """Thm 2 with :func:`k_hop_index_bits` (derived here): an RNN computing k-hop induction heads on
+    length N over |Sigma| symbols has m >= ceil(r/p), r = min(floor((N - 2k + 1)/2), |Sigma| - k - 1).
+    At a fixed alphabet r stops growing at |Sigma| - k - 1: then so does the bound, and rightly
+    (:func:`k_hop_state_bits`: a recurrent model of constant state solves the task)."""
+    _check_p(p)
+    return rnn_units(k_hop_index_bits(n, k, alphabet), p)
+
+
+def k_hop_state_bits(alphabet: int, k: int = 1) -> int:
+    """Upper bound (derived here, docs/sizes.md "Induction heads and k-hop"): a recurrent model with
+    arbitrary transitions (P1 Sec. 2) computes k-hop induction heads over |Sigma| symbols for every
+    N with a state of (k |Sigma| + 1) ceil(log2(|Sigma| + 1)) bits: the previous symbol, and for
+    every symbol c the answers w_{sigma^i(j_c + 1)}, i = 0 .. k - 1 (j_c the latest occurrence of
+    c, or "none"). At w_p = c the answers of hops 1 .. k are c's stored list (all c when the
+    previous symbol is c: then sigma(p) = p); then the previous symbol gets the list (c, the first
+    k - 1 of those answers). |Sigma| = 64: 455 bits (k = 1), 7175 (k = 16)."""
+    for name, v, lo in (("k", k, 1), ("alphabet", alphabet, 2)):
+        if isinstance(v, bool) or not isinstance(v, int) or v < lo:
+            raise BoundError(f"{name} must be an integer >= {lo}, got {v!r}")
+    return (k * alphabet + 1) * log2_ceil(alphabet + 1)
 
 
 def dyck22_rnn_state_bits() -> int:
@@ -372,12 +410,19 @@ UNITS_STATE_BITS = "state bits"
 class Bound:
     """One row of the bounds table.
 
-    ``units(n, p)`` is the bound in ``unit`` (None when the statement has no explicit formula);
-    ``bits(n, p)`` the matching size in bits (RNN: m p, the smallest hidden state at precision p;
-    one-layer transformer: 4 mH p, :func:`one_layer_size_bits`; None when unknown). ``kind`` is
-    "lower" (a lower bound), "upper" (a size that suffices) or "alternative" (another model's
-    size). ``model`` names the architecture, ``short`` the result ("Thm 3"), ``formula`` the
-    exact expression evaluated (ceil included), ``precision`` what it assumes about p.
+    ``units(n, p, **params)`` is the bound in ``unit`` (None when the statement has no explicit
+    formula); ``bits(n, p, **params)`` the matching size in bits (RNN: m p, the smallest hidden
+    state at precision p; one-layer transformer: 4 mH p, :func:`one_layer_size_bits`; None when
+    unknown). ``kind`` is "lower" (a lower bound), "upper" (a size that suffices) or "alternative"
+    (another model's size). ``model`` names the architecture, ``short`` the result ("Thm 3"),
+    ``formula`` the exact expression evaluated (ceil included), ``precision`` what it assumes about p.
+
+    ``params``: the task parameters the bound reads besides N and p, with their defaults
+    (:data:`REQUIRED`: a size row must give it, from its builder arguments); ``conditions``: what
+    the statement needs of (N, params), in words. Where they fail the functions raise BoundError
+    and the bound has no value (:func:`evaluate`, :func:`why_not`): a table shows it only where
+    its conditions hold. ``table_params``: (in words, ``fn(n)``) the parameters of the task-level
+    table of bound values (None: the bound needs a size row's parameters and is not in that table).
     """
 
     key: str
@@ -389,13 +434,26 @@ class Bound:
     statement: str
     formula: str
     precision: str
-    units: Callable[[int, int], int] | None = None
-    bits: Callable[[int, int], int] | None = None
+    units: Callable[..., int] | None = None
+    bits: Callable[..., int] | None = None
     note: str = ""
+    params: tuple[tuple[str, Any], ...] = ()
+    conditions: str = ""
+    table_params: tuple[str, Callable[[int], dict[str, Any]]] | None = None
 
     @property
     def explicit(self) -> bool:
         return self.units is not None
+
+    def arguments(self, params: Mapping[str, Any] | None = None) -> dict[str, Any]:
+        """The bound's parameters from ``params`` (others ignored), defaults where not given;
+        BoundError naming a :data:`REQUIRED` one that is missing."""
+        params = params or {}
+        out = {name: params.get(name, default) for name, default in self.params}
+        missing = [name for name, v in out.items() if v is REQUIRED]
+        if missing:
+            raise BoundError(f"{self.key}: needs the task parameters {', '.join(missing)}")
+        return out
 
     @property
     def label(self) -> str:
@@ -404,7 +462,8 @@ class Bound:
     def describe(self) -> dict:
         return {"model": self.model, "kind": self.kind, "unit": self.unit, "short": self.short, "source": self.source,
                 "statement": self.statement, "formula": self.formula, "precision": self.precision,
-                "explicit": self.explicit, "note": self.note}
+                "explicit": self.explicit, "note": self.note, "params": [name for name, _ in self.params],
+                "conditions": self.conditions}
 
 
 RNN, ONE_LAYER = "RNN", "1-layer TF"
@@ -414,11 +473,12 @@ _ITEMISED_NOTE = ("from Thm 4's itemised count dp + H(4mp + 4p + 2 log N), which
                   "(docs/sizes.md, footnote on Thm 4)")
 
 
-def _rnn(key: str, short: str, source: str, statement: str, formula: str, fn: Callable[[int, int], int],
-         precision: str = _ANY_P, note: str = "") -> Bound:
-    """An RNN lower bound in hidden units; its bits are m p (the smallest hidden state at p)."""
+def _rnn(key: str, short: str, source: str, statement: str, formula: str, fn: Callable[..., int],
+         precision: str = _ANY_P, note: str = "", **extra: Any) -> Bound:
+    """An RNN lower bound in hidden units; its bits are m p (the smallest hidden state at p).
+    ``extra``: the parameters, conditions and table parameters of :class:`Bound`."""
     return Bound(key, RNN, "lower", UNITS_M, short, source, statement, formula, precision, fn,
-                 lambda n, p: fn(n, p) * p, note)
+                 lambda n, p, **kw: fn(n, p, **kw) * p, note, **extra)
 
 
 def _one_layer(key: str, short: str, source: str, statement: str, formula: str, fn: Callable[..., int],
@@ -457,10 +517,16 @@ BOUNDS: dict[str, Bound] = {b.key: b for b in (
          "a model answering MQAR's last query solves INDEX on the N/2 first-half labels",
          "m >= ceil(N/(2p))", rnn_mqar_last,
          note="same value as Thm 8, but valid for a model that answers the last query only"),
-    _rnn("rnn-induction-heads", "from Prop. 9", "derived here from P1 Prop. 9 (App. C.1) and P2 Def. 5.3 (Sec. 5.2)",
-         "INDEX on floor((N-1)/2) bits reduces to induction heads on length N", "m >= ceil(floor((N-1)/2)/p)",
-         rnn_induction_heads, _ANY_P + "; needs |Sigma| >= floor((N-1)/2) + 2",
-         "not a statement of either paper: a one-line reduction, stated in docs/sizes.md"),
+    _rnn("rnn-k-hop-index", "INDEX reduction", "derived here from P1 Thm 2 and Fact 3 (App. B.1), on P2 Def. 5.3 "
+         "and 5.5 (Sec. 5.2)",
+         "INDEX on r = min(floor((N - 2k + 1)/2), |Sigma| - k - 1) bits reduces to k-hop induction heads (k = 1: "
+         "induction heads) on length N over |Sigma| symbols",
+         "m >= ceil(min(floor((N - 2k + 1)/2), |Sigma| - k - 1)/p)", rnn_k_hop_index,
+         note="not a statement of either paper: the project's reduction, with its proof in docs/sizes.md; at a fixed "
+              "|Sigma| it stops growing (r <= |Sigma| - k - 1), and an RNN of constant state solves the task "
+              "(rnn-k-hop-state)",
+         params=(("alphabet", REQUIRED), ("k", 1)), conditions="N >= 2k + 1 and |Sigma| >= k + 2",
+         table_params=("k = 1, |Σ| = ⌊(N − 1)/2⌋ + 2", lambda n: {"k": 1, "alphabet": (n - 1) // 2 + 2})),
     _one_layer("one-layer-equality", "Thm 12", "P1 Thm 12 (App. F.1) with Thm 4 and Fact 2",
                "mpH = Omega(N) for INEQ (and EQ)", "mH >= ceil(N/(6(p + log N)))", one_layer_equality),
     _one_layer("one-layer-equality-itemised", "Thm 12, Thm 4 itemised †", f"P1 Thm 12 (App. F.1) {_ITEMISED_SRC}",
@@ -477,6 +543,15 @@ BOUNDS: dict[str, Bound] = {b.key: b for b in (
     Bound("rnn-dyck-dfa", RNN, "upper", UNITS_STATE_BITS, "App. E", "P1 App. E (after Thm 10)",
           "a 7-state DFA recognises Dyck-(2,2): a constant-size RNN suffices", "3 state bits = ceil(log2 7), every N",
           "independent of N and p", lambda n, p: dyck22_rnn_state_bits(), lambda n, p: dyck22_rnn_state_bits()),
+    Bound("rnn-k-hop-state", RNN, "upper", UNITS_STATE_BITS, "constant state", "derived here on P2 Def. 5.3 and 5.5 "
+          "(Sec. 5.2), for P1 Sec. 2's recurrent models",
+          "a recurrent model keeping, per symbol, the answers of hops 1 .. k from its latest occurrence computes k-hop "
+          "induction heads at every N", "(k |Sigma| + 1) ceil(log2(|Sigma| + 1)) state bits, every N",
+          "independent of N and p", lambda n, p, alphabet, k: k_hop_state_bits(alphabet, k),
+          lambda n, p, alphabet, k: k_hop_state_bits(alphabet, k),
+          note="not a statement of either paper (docs/sizes.md): at a fixed alphabet no RNN lower bound can grow with "
+               "N; |Sigma| = 64: 455 bits (k = 1), 7175 bits (k = 16)",
+          params=(("alphabet", REQUIRED), ("k", 1)), conditions="|Sigma| >= 2, k >= 1"),
     Bound("tracr-index-lookup", "tracr", "alternative", UNITS_WIDTH, "reported", "a tracr compilation (width 393 at N = 128)",
           "tracr's compiled Index Lookup has residual width 3N + 9", "width = 3N + 9", "tracr's float weights",
           lambda n, p: tracr_index_lookup_width(n), None,
@@ -530,20 +605,35 @@ FAMILIES: dict[str, Family] = {f.key: f for f in (
     Family("dyck", "Dyck-(2,2)", ("one-layer-dyck", "one-layer-dyck-itemised", "rnn-dyck-dfa"),
            "The separation in the other direction: a constant-size RNN suffices, one layer needs linear width. "
            "Lemma 1's split is not contiguous, so it gives no RNN bound (App. F, first paragraph)."),
-    Family("k-hop", "Induction heads / k-hop", ("rnn-induction-heads", "rnn-k-hop", "transformer-k-hop-depth"),
-           "P2 states its k-hop bounds only asymptotically (Sec. 1.1, Sec. 4.2, Sec. 5.2)."),
+    Family("k-hop", "Induction heads / k-hop",
+           ("rnn-k-hop-index", "rnn-k-hop-state", "rnn-k-hop", "transformer-k-hop-depth"),
+           "P2 states its k-hop bounds only asymptotically (Sec. 1.1, Sec. 4.2, Sec. 5.2). The RNN rows are the "
+           "project's own (docs/sizes.md): at the tables' fixed |Sigma| = 64 the INDEX bound stops at "
+           "ceil((63 - k)/p) and a recurrent model of constant state (455 bits for k = 1, 7175 for k = 16) solves "
+           "the task, so these rows show no separation; one needs |Sigma| to grow with N (P2 Thm 5.6: |Sigma| = O(N)).",
+           "|Sigma| = 64: no separation; the RNN bounds are the project's (docs/sizes.md)"),
     Family("match2", "Match2", (), "Neither paper states a lower bound for Match2 (P2 Sec. 5.1)."),
 )}
 
 
-def evaluate(bound: Bound, n: int, p: int) -> tuple[int | None, int | None]:
-    """(units, bits) of ``bound`` at N = n and precision p; (None, None) where the bound has no
-    explicit formula or N lies outside its domain (e.g. odd N for a halves split)."""
+def evaluate(bound: Bound, n: int, p: int, params: Mapping[str, Any] | None = None) -> tuple[int | None, int | None]:
+    """(units, bits) of ``bound`` at N = n, precision p and the task parameters ``params`` (see
+    :attr:`Bound.params`); (None, None) where the bound has no explicit formula or its conditions
+    fail (e.g. odd N for a halves split, an alphabet too small for the reduction: :func:`why_not`)."""
+    if bound.units is None or why_not(bound, n, p, params) is not None:
+        return None, None
+    kw = bound.arguments(params)
+    return bound.units(n, p, **kw), (bound.bits(n, p, **kw) if bound.bits is not None else None)
+
+
+def why_not(bound: Bound, n: int, p: int, params: Mapping[str, Any] | None = None) -> str | None:
+    """None where ``bound``'s conditions hold at (N, p, ``params``), else the one that fails
+    (BoundError's message); a REQUIRED parameter missing from ``params`` raises BoundError."""
+    kw = bound.arguments(params)
     if bound.units is None:
-        return None, None
+        return None
     try:
-        u = bound.units(n, p)
-        b = bound.bits(n, p) if bound.bits is not None else None
-    except BoundError:
-        return None, None
-    return u, b
+        bound.units(n, p, **kw)
+    except BoundError as e:
+        return str(e)
+    return None

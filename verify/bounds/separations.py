@@ -110,16 +110,17 @@ def _cc(sep: Separation, n: int) -> int:
 THM4_NS = (1 << 10, 1 << 12, 1 << 14)
 
 
-def thm4_on_the_winner(n: int) -> int:
+def thm4_on_the_winner(n: int) -> tuple[int, int]:
     """The bits of Thm 4's messages on the one-layer Index Lookup winner at N (Alice: the symbols, Bob: the
-    index), checked against the executor: INDEX is easy both ways (App. F, first paragraph)."""
+    index), checked against the executor: INDEX is easy both ways (App. F, first paragraph); and the
+    head's width d_head, Thm 4's m (the messages carry m-entry parts of the head's output)."""
     c = registry.get("index-lookup")
     model = c.builder(n, **dict(c.sizes[0].kwargs))
     batch = next(registry.task_of(model).sample(model, 1, 0))
     alice = np.r_[np.ones(n, dtype=bool), False]
     r = one_layer_protocol(model, batch.tokens[0], alice)
     _same(r, model, batch.tokens[:1])
-    return r.bits
+    return r.bits, model.d_head
 
 
 def separations_block(doc: dict[str, Any], fig_dir: str, n: int = SEPARATION_N) -> str:
@@ -143,10 +144,14 @@ def separations_block(doc: dict[str, Any], fig_dir: str, n: int = SEPARATION_N) 
                       _protocol(sep, n)])
         figures.append(f"![{sep.task}]({fig_dir}/sizes-{sep.family}.png)")
     runs = {m: thm4_on_the_winner(m) for m in THM4_NS}
-    below = next((m for m, bits in runs.items() if bits < m), None)
+    below = next((m for m, (bits, _) in runs.items() if bits < m), None)
+    heads = sorted({d for _, d in runs.values()})
+    win = _row(doc, "index-lookup", n)
     note = ("Thm 4's protocol run on the Index Lookup winner itself (Alice the symbols, Bob the index; each run equal to "
-            "the executor's answer): " + ", ".join(f"{bits} bits at N = {fmt_n(m)}" for m, bits in runs.items())
-            + ". Its messages grow as m(p + log N) with the built width m = O(log N)"
+            "the executor's answer): " + ", ".join(f"{bits} bits at N = {fmt_n(m)}" for m, (bits, _) in runs.items())
+            + ". Its messages grow as m(p + log N) with m = d_head = " + " and ".join(map(str, heads))
+            + ", O(log N): the projection rows, whose m-entry partial sums step 4 sends (the table's mH = "
+            + f"{row_units(win)} is P1's width max(m, d) = d_model at N = {fmt_n(n)})"
             + (f", so it falls below INDEX's N bits (from N = {fmt_n(below)} on here)" if below else "")
             + ": Index Lookup is easy when both parties may speak, which is why its bound is for RNNs only "
             "(P1 App. F, first paragraph).")

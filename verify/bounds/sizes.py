@@ -83,6 +83,11 @@ class SizeSpec:
     def bound_keys(self) -> tuple[str, ...]:
         return self.bounds if self.bounds is not None else lb.FAMILIES[self.family].bounds
 
+    def bound_params(self, key: str) -> dict[str, Any]:
+        """The task parameters bound ``key`` reads (:attr:`lb.Bound.params`), from the builder
+        arguments of the rows; BoundError where one without a default is not given."""
+        return lb.BOUNDS[key].arguments(self.builder_kwargs)
+
 
 def _registered_specs() -> tuple[dict[str, SizeSpec], dict[str, str]]:
     """Every registered construction's size rows, and why a family has no rows on this page (the
@@ -93,8 +98,10 @@ def _registered_specs() -> tuple[dict[str, SizeSpec], dict[str, str]]:
         c = registry.get(name)
         for r in c.sizes:
             spec_name = r.name or name
-            specs[spec_name] = SizeSpec(spec_name, name, r.family, r.kwargs, r.bounds, r.claim or c.claim,
-                                        r.build_max_n, r.max_n, r.note, min(r.built_to, r.build_max_n, r.max_n))
+            s = specs[spec_name] = SizeSpec(spec_name, name, r.family, r.kwargs, r.bounds, r.claim or c.claim,
+                                            r.build_max_n, r.max_n, r.note, min(r.built_to, r.build_max_n, r.max_n))
+            for key in s.bound_keys:  # a bound that reads a parameter the rows do not give is a registration error
+                s.bound_params(key)
         if c.no_sizes is not None:
             not_built[c.no_sizes.family] = c.no_sizes.reason
     return specs, not_built
@@ -314,6 +321,23 @@ def n_values(n_min: int, n_max: int, step: int = 1) -> list[int]:
     return out
 
 
+def exact_ratio(x: Fraction) -> str:
+    """A ratio written exactly: its decimal where that terminates (2.125, 4, 15), else the fraction
+    with seven significant digits beside it (``7/3 ≈ 2.333333``), never a rounding passed off as the value."""
+    x = Fraction(x)
+    rest = x.denominator
+    for f in (2, 5):
+        while rest % f == 0:
+            rest //= f
+    if rest != 1:
+        return f"{x.numerator}/{x.denominator} ≈ {float(x):.7g}"
+    digits = 0
+    while (x * 10 ** digits).denominator != 1:
+        digits += 1
+    whole, frac = divmod(abs(int(x * 10 ** digits)), 10 ** digits)
+    return ("-" if x < 0 else "") + (f"{whole}.{frac:0{digits}d}" if digits else str(whole))
+
+
 def fmt_n(n: int) -> str:
     return f"2^{n.bit_length() - 1}" if n & (n - 1) == 0 else str(n)
 
@@ -327,17 +351,21 @@ def reference_p(n: int) -> int:
     return lb.paper_precision_bits(n, 1)
 
 
-def bound_values(keys: Iterable[str], n: int, p: int) -> dict[str, dict[str, int | None]]:
+def bound_values(spec: SizeSpec, n: int, p: int) -> dict[str, dict[str, Any]]:
+    """Each bound of ``spec`` at (N, p) and the rows' parameters: units and bits, or None with the
+    condition that fails (``why_not``): a bound is shown only where its conditions hold."""
     out = {}
-    for k in keys:
-        units, bits = lb.evaluate(lb.BOUNDS[k], n, p)
-        out[k] = {"units": units, "bits": bits}
+    for k in spec.bound_keys:
+        b, params = lb.BOUNDS[k], spec.bound_params(k)
+        units, bits = lb.evaluate(b, n, p, params)
+        out[k] = {"units": units, "bits": bits, "why_not": lb.why_not(b, n, p, params)}
     return out
 
 
 def report(specs: Iterable[SizeSpec], ns: list[int], provider: SizeProvider | None = None,
-           progress: Callable[[], None] | None = None) -> dict[str, Any]:
-    """The sizes document (schema in docs/sizes.md): one row per (spec, N)."""
+           progress: Callable[[str], None] | None = None) -> dict[str, Any]:
+    """The sizes document (schema in docs/sizes.md): one row per (spec, N); ``progress(spec name)``
+    after each row."""
     provider = provider_or_default(provider)
     specs = list(specs)
     rows = []
@@ -352,9 +380,9 @@ def report(specs: Iterable[SizeSpec], ns: list[int], provider: SizeProvider | No
             rows.append({"spec": s.name, "construction": s.construction, "family": s.family, "n": n,
                          "built": built.to_json() if built else None, "not_built": reason,
                          "p": p, "p_source": "built" if built else "reference",
-                         "bounds": bound_values(s.bound_keys, n, p)})
+                         "bounds": bound_values(s, n, p)})
             if progress:
-                progress()
+                progress(s.name)
     keys = sorted({k for s in specs for k in s.bound_keys})
     return {
         "schema": SCHEMA,
@@ -420,16 +448,18 @@ def spec_table(doc: dict[str, Any], spec_name: str, ns: Iterable[int] | None = N
                built_only: bool = False) -> tuple[list[str], list[list[str]]]:
     """Header and cells of one construction's table: built sizes, then each explicit bound at the
     row's p (a p marked * is the reference precision: the row is not built; ``built_only`` leaves
-    such rows out)."""
+    such rows out). The width is P1's max(d_model, d_head), which neither paper's statement makes
+    count the MLPs: their hidden units (the most of any layer, d_mlp) are the column beside it."""
     keys = _explicit(doc["specs"][spec_name]["bounds"])
-    head = ["N", "layers", "heads", "d_model", "width", "p (bits)", "parameters", "size (bits)"]
+    head = ["N", "layers", "heads", "d_model", "width", "MLP units", "p (bits)", "parameters", "size (bits)"]
     head += [_bound_header(k) for k in keys]
     rows = [r for r in doc["rows"] if r["spec"] == spec_name and (ns is None or r["n"] in ns)
             and (r["built"] or not built_only)]
     cells = []
     for r in rows:
         b = r["built"]
-        built = [str(b[f]) for f in ("layers", "heads", "d_model", "width")] if b else ["—"] * 4
+        built = ([str(b[f]) for f in ("layers", "heads", "d_model", "width")]
+                 + ["—" if _recurrent(r) else str(b["d_mlp"])] if b else ["—"] * 5)
         p = f"{r['p']}" if b else f"{r['p']}*"
         tail = [str(b["parameters"]), str(b["size_bits"])] if b else ["—", "—"]
         cells.append([fmt_n(r["n"]), *built, p, *tail, *[_cell(r["bounds"][k]["units"]) for k in keys]])
@@ -474,7 +504,7 @@ def separation_lines(doc: dict[str, Any], spec_name: str) -> list[str]:
             meets = all(m >= bound for m, bound in pairs)
             worst = max(Fraction(m, bound) for m, bound in pairs)
             out.append(f"built hidden units m {'>=' if meets else 'BELOW'} {b.model} bound ({b.short}, same p) at every "
-                       f"built N; m is at most {float(worst):.2f} times the bound, and so are the state bits m p "
+                       f"built N; m is at most {exact_ratio(worst)} times the bound, and so are the state bits m p "
                        f"({last})")
             continue
         what = "hidden units m" if _recurrent(rows[0]) else "width x heads"
@@ -510,6 +540,8 @@ def doc_blocks(doc: dict[str, Any], fig_dir: str) -> dict[str, str]:
         if fam in with_figure:
             parts.append(f"![{lb.FAMILIES[fam].title}]({fig_dir}/sizes-{fam}.png)\n"
                          f"(data: [`sizes-{fam}.csv`]({fig_dir}/sizes-{fam}.csv))")
+        if lb.FAMILIES[fam].note:
+            parts.append(lb.FAMILIES[fam].note)
         if not names:
             parts.append(NOT_BUILT.get(fam, "No construction of this family is built yet: its rows appear here once "
                                             "a construction declares `SizeRows` of this family in its registration."))
@@ -537,14 +569,18 @@ def _bounds_block() -> str:
 
 
 def _bound_values_block(ns: list[int]) -> str:
-    """Every explicit lower bound at the reference precision and at p = 64; bounds with the same
-    values everywhere share a column."""
-    keys = [k for k, b in lb.BOUNDS.items() if b.explicit and b.kind == "lower"]
+    """Every explicit lower bound at the reference precision and at p = 64 (a bound with task
+    parameters at its ``table_params``, said in its column); bounds with the same values
+    everywhere share a column."""
+    keys = [k for k, b in lb.BOUNDS.items() if b.explicit and b.kind == "lower" and (not b.params or b.table_params)]
     points = [(n, p) for n in ns for p in (reference_p(n), 64)]
     columns: dict[tuple, list[str]] = {}
     for k in keys:
-        columns.setdefault(tuple(_cell(lb.evaluate(lb.BOUNDS[k], n, p)[0]) for n, p in points), []).append(k)
-    head = ["N", "p"] + [" = ".join(f"`{k}`" for k in ks) for ks in columns.values()]
+        b = lb.BOUNDS[k]
+        values = tuple(_cell(lb.evaluate(b, n, p, b.table_params[1](n) if b.table_params else None)[0])
+                       for n, p in points)
+        columns.setdefault(values, []).append(f"`{k}`" + (f" ({b.table_params[0]})" if b.table_params else ""))
+    head = ["N", "p"] + [" = ".join(ks) for ks in columns.values()]
     cells = [[fmt_n(n), str(p)] + [vals[i] for vals in columns] for i, (n, p) in enumerate(points)]
     return markdown(head, cells)
 

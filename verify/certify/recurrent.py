@@ -9,12 +9,13 @@ Dyck-(n, k) is a regular language"). The proof explores the product of the two, 
 1. start from the pair (h_0, the automaton's start state);
 2. for every pair reached and every token, compute the model's next hidden state once (exactly, in
    the model's arithmetic) and the automaton's next state: the pair they form is reached;
-3. at every pair reached by a nonempty string, the model's readout must give the automaton's answer
-   with a strict margin (the correct logit above every other).
+3. at every pair reached, the start pair included (the empty string, answered from h_0), the
+   model's readout must give the automaton's answer with a strict margin (the correct logit above
+   every other).
 
 When the exploration closes (no new pair), induction on the length proves that after every string
 the pair (hidden state, automaton state) is one of those explored, so the model answers as the
-automaton on every string of every length >= 1. For the bounded Dyck RNN the explored hidden states
+automaton on every string of every length >= 0. For the bounded Dyck RNN the explored hidden states
 are the one-hot (state, last bracket) vectors and the zero vector, and each pairs with one automaton
 state: the invariant "the hidden state is exactly the automaton's state after each prefix", proved
 once for every (state, symbol) pair (``details``). A pair that answers wrong gives the shortest string
@@ -152,6 +153,10 @@ def prove(model: RNNModel, fmt: Format, spec: Automaton, arithmetic: str, detail
             verdicts.update({i: (int(labels[o]) if l1 > l2 else None, int(l1 - l2))
                              for i, o, (l1, l2) in zip(fresh, order[:, 0], top)})
             fresh = []
+        if min_margin is None:  # the first round: the start pair, i.e. the empty string read from h_0
+            answer, min_margin = verdicts[0]
+            if answer != want[int(spec.accepts(np.array([int(spec.start)]))[0])]:
+                return None, []
         for parent, a, idx, q2 in moves:
             answer, margin = verdicts[idx]
             if answer != want[int(spec.accepts(np.array([q2]))[0])]:
@@ -173,7 +178,7 @@ def prove(model: RNNModel, fmt: Format, spec: Automaton, arithmetic: str, detail
         "automaton_states": spec.states,
         "one_hot_or_zero": bool(np.all(np.isin(rows, [0, w.one[0]])) and np.all((rows != 0).sum(axis=1) <= 1)),
         "each_state_one_automaton_state": all(len(v) == 1 for v in partners.values()),
-        "lengths": "every length >= 1 (induction over the closed product)",
+        "lengths": "every length >= 0 (induction over the closed product; the empty string from h_0)",
     })
     if arithmetic in FLOAT_EXACT:
         details["largest_sum_of_products"] = bound

@@ -54,7 +54,7 @@ from typing import Any
 import numpy as np
 
 from exactformer.constructions.core.ir import CompiledModel, IRError, split_inputs
-from exactformer.precision import FixedPoint, Format, Prepared
+from exactformer.precision import FixedPoint, Format, Prepared, cuda_available
 from exactformer.verify.executor.window import CodedKeys, Keys, index_keys, window_rows
 
 DEVICES = ("cpu", "cuda", "torch-cpu")
@@ -183,10 +183,10 @@ class _Backend:
         self.device = device
         self.torch = device != "cpu"
         if self.torch:
+            if device == "cuda" and not cuda_available():
+                raise ExecutorError("device='cuda' requested but torch.cuda.is_available() is False")
             import torch
 
-            if device == "cuda" and not torch.cuda.is_available():
-                raise ExecutorError("device='cuda' requested but torch.cuda.is_available() is False")
             self.t = torch
             self.tdev = torch.device("cuda" if device == "cuda" else "cpu")
 

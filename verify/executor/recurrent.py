@@ -145,13 +145,14 @@ def step(w: Weights, h: np.ndarray, tokens: np.ndarray) -> np.ndarray:
     return np.asarray(w.fmt.relu(pre))
 
 
-def check_tokens(model: RNNModel, tokens: Any) -> np.ndarray:
-    """Token ids [B, T] (T >= 1) of ``model``'s vocabulary as int64, or ExecutorError."""
+def check_tokens(model: RNNModel, tokens: Any, shortest: int = 1) -> np.ndarray:
+    """Token ids [B, T] (T >= ``shortest``) of ``model``'s vocabulary as int64, or ExecutorError."""
     t = np.asarray(tokens)
     if t.ndim == 1:
         t = t[None, :]
-    if t.ndim != 2 or t.shape[1] < 1 or not (np.issubdtype(t.dtype, np.integer) or t.size == 0):
-        raise ExecutorError(f"tokens must be an integer array [B, T] with T >= 1, got dtype {t.dtype} shape {t.shape}")
+    if t.ndim != 2 or t.shape[1] < shortest or not (np.issubdtype(t.dtype, np.integer) or t.size == 0):
+        raise ExecutorError(f"tokens must be an integer array [B, T] with T >= {shortest}, got dtype {t.dtype} "
+                            f"shape {t.shape}")
     if t.size and (t.min() < 0 or t.max() >= model.d_vocab):
         raise ExecutorError(f"token ids must lie in [0, d_vocab={model.d_vocab})")
     return t.astype(np.int64)
@@ -161,10 +162,15 @@ def check_tokens(model: RNNModel, tokens: Any) -> np.ndarray:
 def run_recurrent(model: RNNModel, tokens: Any, fmt: Format, device: str = "cpu",
                   batch_size: int | None = None) -> RunResult:
     """Run ``model`` on token ids [B, T] under ``fmt``: the logits at the answer positions
-    (:class:`~exactformer.verify.executor.exact.RunResult`), step by step from h_0."""
-    tokens = check_tokens(model, tokens)
+    (:class:`~exactformer.verify.executor.exact.RunResult`), step by step from h_0. A model that
+    answers at the last position answers the empty input (T = 0) from h_0 itself."""
+    tokens = check_tokens(model, tokens, shortest=0 if model.answer_positions is None else 1)
     B, T = tokens.shape
     w = Weights(model, fmt)
+    if T == 0:
+        fmt.reset_counts()
+        logits = np.broadcast_to(w.readout(w.h0[None]), (B, len(model.answers)))[:, None].copy()
+        return RunResult(logits, *decode_logits(model, logits), fmt.counts.as_dict() | {"saturations": 0})
     pos = model.answer_positions_for(T)
     at = np.zeros(T, dtype=bool)
     at[pos] = True
