@@ -511,9 +511,10 @@ def stored_features(n: int, tp: dict[str, Any]) -> Features:
             last = [s + d * (b.count - 1) for s, d in zip(b.start, b.step)]
             if (b.first != first or b.count < 1 or len(b.start) != len(b.step) or len(b.start) > k
                     or any(d not in (0, 1) for d in b.step) or min(b.start, default=1) < 1 or max(last, default=1) > n
-                    or not 0 <= b.type < len(types) or types[b.type][0] != len(b.start)):
+                    or not (b.type == -1 and not b.start or 0 <= b.type < len(types) and types[b.type][0] == len(b.start))):
                 raise ThresholdError(f"task_params.feature_runs[{i}]: features {b.first} .. {b.first + b.count - 1} must "
-                                     f"follow feature {first - 1} and read indices in [1, {n}] with a type of their arity")
+                                     f"follow feature {first - 1} and read indices in [1, {n}] with a type of their arity "
+                                     "(-1: an empty feature)")
             first += b.count
         if first - 1 > n:
             raise ThresholdError(f"task_params.feature_runs: {first - 1} features, at most N = {n}")
