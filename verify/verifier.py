@@ -28,6 +28,7 @@ from exactformer.constructions.core.ir import CompiledModel, IRError, ModelIR
 from exactformer.constructions.core.task import EXHAUSTIVE_LIMIT, MODES, Batch, Task, count_log2, format_count, inputs_phrase
 from exactformer.precision import Format, float_format, parse_format
 from exactformer.verify.certify.composed import certify
+from exactformer.verify.errors import VerifyError
 from exactformer.verify.executor.exact import run
 
 DEFAULT_SAMPLES = 1000  # sample mode's random inputs (plus as many adversarial ones) when none are given
@@ -42,16 +43,6 @@ COUNTS_MEANING = {
     "underflows": "nonzero exact results that rounded to 0 -- expected wherever a construction relies on "
                   "small attention weights rounding away; they are not errors (the verdict is the answers)",
 }
-
-
-class VerifyError(ValueError):
-    """A bad argument to :func:`verify` (a mode the construction does not have, a sample count, an
-    exhaustive run over the limit ...): ``parameter`` is its name, ``reason`` what it allows;
-    ``str(e)`` is ``"<parameter>: <reason>"``."""
-
-    def __init__(self, parameter: str, reason: str):
-        super().__init__(f"{parameter}: {reason}")
-        self.parameter, self.reason = parameter, reason
 
 
 @dataclass
@@ -420,7 +411,8 @@ def verify(model: Any, mode: str | None = None, fmt: Format | str | None = None,
         from exactformer.verify.distributed.shards import sharded  # dask is imported here, when asked for
 
         covered, cex, min_margin, counts, how = sharded(model, fmt, mode, samples, seed, device, arithmetic, workers,
-                                                        scheduler, progress)
+                                                        scheduler, progress, task=task,
+                                                        check=check_batches)
         reason = "counterexample found" if cex else (
             f"all inputs correct, run {how}" if mode == "exhaustive" else
             f"{covered} inputs correct ({samples} sampled and as many adversarial, {how})")

@@ -23,12 +23,14 @@ from typing import Any
 
 import numpy as np
 
-from exactformer.constructions.blocks.base import CertContext, ViewHead, Unproven
+from exactformer.constructions.blocks.base import block, ViewHead
+from exactformer.constructions.core.proof import CertContext, Unproven
 from exactformer.constructions.core.views import Box, Count, Group, State, Var, unique_rows
 from exactformer.constructions.core import runs
 from exactformer.constructions.core.views_ops import value_tables
 
 
+@block
 @dataclass(frozen=True)
 class UniformAverage(ViewHead):
     value: str

@@ -1,8 +1,10 @@
 """What every block is: weights on named slots, a sufficient condition, a local certificate.
 
 A block is a small frozen dataclass of parameters (slot names, scales), so a model's plan can be
-saved and read back (:meth:`Block.to_json`, :meth:`Block.from_fields`; the table of every block by
-name is :data:`exactformer.constructions.blocks.BLOCKS`, written out, not filled by imports). The
+saved and read back (:meth:`Block.to_json`, :meth:`Block.from_fields`). Every block class is
+registered by the decorator :func:`block` in the table :data:`BLOCKS` (by class name): the package's
+blocks when :mod:`exactformer.constructions.blocks` is imported, a user's block when its module is
+(the saved manifest records that module; ``xf.load`` imports it only where the caller allows). The
 interface is declared here: a :class:`HeadBlock` owns one attention head and has a local certificate
 (:meth:`HeadBlock.certify_head`), an :class:`MLPBlock` owns MLP units (certified from the weights by
 the exact MLP image), a :class:`ReadoutBlock` writes the unembedding. Blocks add their weights
@@ -17,22 +19,42 @@ from __future__ import annotations
 import dataclasses
 import typing
 from abc import ABC, abstractmethod
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any, ClassVar
 
 import numpy as np
 
-from exactformer.precision.boxes import Arithmetic, Box
+from exactformer.constructions.core.proof import CertContext
+from exactformer.precision.boxes import Box
 
 
-class Unproven(Exception):
-    """A proof step failed. ``hint`` tells the counterexample search which inputs to try."""
+class BlockError(TypeError):
+    """A block class that cannot be registered (not a frozen dataclass deriving from Block, or a
+    name another module registered); the message names the class."""
 
-    def __init__(self, reason: str, hint: dict | None = None):
-        super().__init__(reason)
-        self.reason = reason
-        self.hint = hint or {}
+
+#: every registered block class by its name (:func:`block`); a saved plan names its blocks by it
+BLOCKS: dict[str, type["Block"]] = {}
+
+
+def block(cls: type) -> type:
+    """Class decorator: register a block class under its name in :data:`BLOCKS`, so that a saved
+    plan naming it loads. The class must derive from :class:`HeadBlock`, :class:`MLPBlock` or
+    :class:`ReadoutBlock` and be a frozen dataclass (its fields are what is saved). A name is
+    registered by one module (re-running that module registers it anew)."""
+    if not (isinstance(cls, type) and issubclass(cls, Block)):
+        raise BlockError(f"@block: {getattr(cls, '__name__', cls)!r} is not a Block subclass (derive from HeadBlock, "
+                         "MLPBlock or ReadoutBlock)")
+    params = getattr(cls, "__dataclass_params__", None)
+    if "__dataclass_fields__" not in cls.__dict__ or params is None or not params.frozen:
+        raise BlockError(f"@block: {cls.__name__} must be a frozen dataclass (put @block above @dataclass(frozen=True))")
+    known = BLOCKS.get(cls.__name__)
+    if known is not None and (known.__module__, known.__qualname__) != (cls.__module__, cls.__qualname__):
+        raise BlockError(f"@block: a block named {cls.__name__!r} is already registered by {known.__module__}; "
+                         f"{cls.__module__}.{cls.__qualname__} must use another name")
+    BLOCKS[cls.__name__] = cls
+    return cls
 
 
 @dataclass(frozen=True)
@@ -160,33 +182,3 @@ def _from_json(v: Any, hint: Any) -> Any:
         inner = args[0] if args else None
         return tuple(_from_json(x, inner) for x in v)
     return v
-
-
-@dataclass
-class CertContext:
-    """What local certificates read: the model, its raw weights in the arithmetic, slot columns,
-    the token domain of every position, and a details dict for the report."""
-
-    model: Any
-    arith: Arithmetic
-    W: dict[str, np.ndarray]
-    domains: Any  # exactformer.constructions.core.task.Domains
-    T: int
-    device: str = "cpu"
-    details: dict[str, Any] = field(default_factory=dict)
-    written: list[np.ndarray] = field(default_factory=list)  # per layer: columns earlier layers write
-
-    def slot(self, name: str) -> np.ndarray:
-        """The residual columns of slot ``name`` (the layout is a witness: the local certificates check
-        the weights on these columns; a slot it does not have is Unproven)."""
-        if name not in self.model.layout:
-            raise Unproven(f"the plan names slot {name!r}, which the model's layout does not have "
-                           f"(slots: {', '.join(sorted(self.model.layout))})")
-        start, width = self.model.layout[name]
-        if not (0 <= start and 0 <= width and start + width <= self.model.d_model):
-            raise Unproven(f"layout[{name!r}] = [{start}, {width}] does not fit d_model = {self.model.d_model}")
-        return np.arange(start, start + width)
-
-    def head_weights(self, layer: int, head: int) -> dict[str, np.ndarray]:
-        p = f"blocks.{layer}.attn."
-        return {w: self.W[p + w][head] for w in ("W_Q", "W_K", "W_V", "W_O", "b_Q", "b_K", "b_V")}

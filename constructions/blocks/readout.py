@@ -20,9 +20,10 @@ from typing import Any
 
 import numpy as np
 
-from exactformer.constructions.blocks.base import ReadoutBlock
+from exactformer.constructions.blocks.base import block, ReadoutBlock
 
 
+@block
 @dataclass(frozen=True)
 class SymbolReadout(ReadoutBlock):
     bits: str
@@ -35,6 +36,7 @@ class SymbolReadout(ReadoutBlock):
         mb.unembed(self, W_U=[(self.bits, 2 * sign.T)], b_U=-sign.sum(axis=1))
 
 
+@block
 @dataclass(frozen=True)
 class ThresholdReadout(ReadoutBlock):
     """Answers 1 (column ``yes``) iff c * z > l0 on the one-column slot ``inp``."""

@@ -43,7 +43,8 @@ from typing import Any
 
 import numpy as np
 
-from exactformer.constructions.blocks.base import CertContext, ViewHead, Unproven
+from exactformer.constructions.blocks.base import block, ViewHead
+from exactformer.constructions.core.proof import CertContext, Unproven
 from exactformer.constructions.codes.products import CodeWorkError, histograms, pair_inner, resolve, same_generator
 from exactformer.constructions.codes.weights import CodeAlgebraError, RowCounts, algebra_of
 from exactformer.constructions.core import runs
@@ -51,6 +52,7 @@ from exactformer.constructions.core.views import Box, Group, State, unique_rows
 from exactformer.constructions.core.views_ops import head_output, import_target, value_tables
 
 
+@block
 @dataclass(frozen=True)
 class RetrieveByPosition(ViewHead):
     query: str

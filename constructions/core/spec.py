@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from exactformer.constructions.blocks.base import Unproven
+from exactformer.constructions.core.proof import Unproven
 from exactformer.constructions.core.views import Group
 
 

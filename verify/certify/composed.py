@@ -40,7 +40,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from exactformer.constructions.blocks.base import CertContext, Unproven
+from exactformer.constructions.core.proof import CertContext, Unproven
 from exactformer.constructions.core.ir import CompiledModel, IRError
 from exactformer.constructions.core.pointers import PointerContext
 from exactformer.constructions.core.runs import Declined

@@ -44,7 +44,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from exactformer.constructions.blocks.base import Unproven
+from exactformer.constructions.core.proof import Unproven
 from exactformer.constructions.core.recurrent import RNNModel
 from exactformer.constructions.core.spec import REJECT, Automaton
 from exactformer.precision import FixedPoint, Format
