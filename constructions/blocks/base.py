@@ -17,6 +17,7 @@ parameters as facts) and either returns what it proves or raises :class:`Unprove
 from __future__ import annotations
 
 import dataclasses
+import types
 import typing
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
@@ -25,6 +26,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from exactformer.constructions.core.builder import naming_block
 from exactformer.constructions.core.proof import CertContext
 from exactformer.precision.boxes import Box
 
@@ -59,9 +61,25 @@ def block(cls: type) -> type:
 
 @dataclass(frozen=True)
 class Block(ABC):
-    """Base of every block. ``kind`` is where its weights sit: "head", "mlp" or "unembed"."""
+    """Base of every block. ``kind`` is where its weights sit: "head", "mlp" or "unembed".
+
+    Every subclass's ``emit`` reports an error naming the block and its layer
+    (:func:`~exactformer.constructions.core.builder.naming_block`)."""
 
     kind: ClassVar[str] = ""
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "emit" in cls.__dict__ and not getattr(cls.__dict__["emit"], "__wrapped__", None):
+            cls.emit = naming_block(cls.__dict__["emit"])
+
+    def design(self, fmt: Any, mb: Any) -> "Block | None":
+        """This block for the format ``fmt`` (a :class:`~exactformer.precision.Format`), given the
+        model builder ``mb`` it is placed in: with the parameters it leaves to the build chosen (a
+        block whose ``emit`` deferred itself, :meth:`ModelBuilder.defer`), or None where its
+        sufficient condition fails in ``fmt`` (the build then tries another format). The default:
+        no condition on the format, itself."""
+        return self
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"block": type(self).__name__}
@@ -177,6 +195,8 @@ def _from_json(v: Any, hint: Any) -> Any:
     if hint is Fraction:
         return Fraction(v)
     origin = typing.get_origin(hint)
+    if v is not None and (origin is typing.Union or isinstance(hint, types.UnionType)) and Fraction in typing.get_args(hint):
+        return Fraction(v)  # Fraction | None
     if origin is tuple or (isinstance(v, list) and hint is not None):
         args = typing.get_args(hint)
         inner = args[0] if args else None

@@ -23,16 +23,36 @@ import numpy as np
 from exactformer.constructions.blocks.base import block, ReadoutBlock
 
 
+def _bits(count: int, m: int) -> np.ndarray:
+    """The m bits of 0 .. count-1, least significant first: [count, m]."""
+    return (np.arange(count, dtype=np.int64)[:, None] >> np.arange(m)) & 1
+
+
 @block
 @dataclass(frozen=True)
 class SymbolReadout(ReadoutBlock):
+    """Answer s (of 0 .. alphabet-1) where the slot ``bits`` holds rho(s), the bits of s (least
+    significant first: :meth:`rows`)."""
+
     bits: str
     alphabet: int
 
+    @staticmethod
+    def width(alphabet: int) -> int:
+        """m = ceil(log2 alphabet) (at least 1): the bits of a symbol."""
+        return max(1, (int(alphabet) - 1).bit_length())
+
+    @staticmethod
+    def rows(alphabet: int) -> np.ndarray:
+        """rho(s) for s = 0 .. alphabet-1: [alphabet, m] bits, least significant first (the token
+        embedding rows a symbol writes)."""
+        return _bits(alphabet, SymbolReadout.width(alphabet))
+
     def emit(self, mb: Any) -> None:
         m = mb.layout[self.bits].size
-        rho = np.array([[(s >> j) & 1 for j in range(m)] for s in range(self.alphabet)], dtype=np.int64)
-        sign = 2 * rho - 1  # [S, m]
+        if m < self.width(self.alphabet):
+            raise ValueError(f"slot {self.bits!r} has {m} columns, {self.alphabet} symbols need {self.width(self.alphabet)}")
+        sign = 2 * _bits(self.alphabet, m) - 1  # [S, m]
         mb.unembed(self, W_U=[(self.bits, 2 * sign.T)], b_U=-sign.sum(axis=1))
 
 
