@@ -13,7 +13,7 @@ ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = {"precision": "exactformer.precision", "constructions": "exactformer.constructions",
             "verify": "exactformer.verify", "exactformer": "exactformer"}
 #: layers, lowest first: a module may import from its own layer and the ones below
-LAYERS = ["exactformer.precision", "exactformer.constructions", "exactformer.verify",
+LAYERS = ["exactformer.precision", "exactformer.constructions|exactformer.construct", "exactformer.verify",
           "exactformer.api|exactformer.arguments", "exactformer.cli"]
 
 

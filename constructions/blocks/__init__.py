@@ -6,9 +6,10 @@
 | :class:`RetrieveByAddress` | head | the same, with the query code read from the views (an earlier layer wrote it) |
 | :class:`RetrieveNearest`, :class:`RetrieveByMatch` | head | under the task's margin precondition: weight >= a on the nearest (matching) candidate; a content pointer variable |
 | :class:`UniformAverage` | head | constant logits; the output as a function of the number of positions whose weighted value is in the upper of two boxes |
+| :class:`SetAverage` | head | W_Q = 0 and keys reading one 0/1 member column of the positional table: the members tie at the top logit; their weight from the softmax with a tied level; the output as a function of the number of members in the upper of two boxes, plus the others' weighted values |
 | :class:`MatchHead` | head | +-1 codes, one default (BOS) key and eta from the weights; every row with c matches has the EMA weights round(S/c) (BOS weight 1 at c = 0); the output as a function of the match count c |
 | :class:`BitThreshold`, :class:`XorMLP`, :class:`PatternMLP`, :class:`MatchIndicator`, :class:`SignClip` | MLP | the exact image of the units over the view's boxes (units sharing a pre-activation are tracked as one) |
-| :class:`SymbolReadout`, :class:`ThresholdReadout` | unembedding | the logits' boxes per view assignment; the answer where one logit's lower bound beats every other's upper bound |
+| :class:`SymbolReadout`, :class:`ThresholdReadout`, :class:`AverageReadout` | unembedding | the logits' boxes per view assignment; the answer where one logit's lower bound beats every other's upper bound |
 | :class:`FollowPointer`, :class:`LatestMatch` | head (pointer certificate) | the position code a query holds is followed to its key (or sigma: the latest earlier match, else the default key); the output copies the value there, a pointer further |
 | :class:`CleanCode` | MLP | in place: clip to +-1 (exact once |raw| >= 1), the scratch column back to 0 |
 | :class:`WordSum` | MLP | words (a presence column and p bits): their sum mod 2^p where the gates are on, by robust steps (no local certificate: checked by the MPC simulation invariant) |
@@ -23,14 +24,14 @@ dataclass deriving from :class:`HeadBlock`, :class:`MLPBlock` or :class:`Readout
 
 from typing import Any
 
-from exactformer.constructions.blocks.average import UniformAverage
+from exactformer.constructions.blocks.average import SetAverage, UniformAverage
 from exactformer.constructions.blocks.base import (BLOCKS, Block, BlockError, HeadBlock, MLPBlock, PointerHead,
                                                    ReadoutBlock, ViewHead, block)
 from exactformer.constructions.blocks.content import RetrieveByAddress, RetrieveByMatch, RetrieveNearest, SignClip
 from exactformer.constructions.blocks.match import MatchHead, MatchIndicator
 from exactformer.constructions.blocks.mlp import BitThreshold, PatternMLP, XorMLP, mlp_image
 from exactformer.constructions.blocks.pointer import CleanCode, CodeReadout, FollowPointer, LatestMatch
-from exactformer.constructions.blocks.readout import SymbolReadout, ThresholdReadout
+from exactformer.constructions.blocks.readout import AverageReadout, SymbolReadout, ThresholdReadout
 from exactformer.constructions.blocks.retrieve import RetrieveByPosition
 from exactformer.constructions.blocks.words import WordSum
 from exactformer.constructions.core.proof import CertContext, Unproven
@@ -48,5 +49,5 @@ def block_from_json(d: dict[str, Any]) -> Block:
 __all__ = ["BLOCKS", "Block", "BlockError", "block", "HeadBlock", "ViewHead", "PointerHead", "MLPBlock", "ReadoutBlock",
            "CertContext", "Unproven", "block_from_json", "FollowPointer", "LatestMatch", "CleanCode", "CodeReadout",
            "RetrieveByPosition", "RetrieveByAddress", "RetrieveNearest", "RetrieveByMatch", "UniformAverage",
-           "MatchHead", "BitThreshold", "XorMLP", "PatternMLP", "MatchIndicator", "SignClip", "mlp_image",
-           "SymbolReadout", "ThresholdReadout", "WordSum"]
+           "SetAverage", "MatchHead", "BitThreshold", "XorMLP", "PatternMLP", "MatchIndicator", "SignClip", "mlp_image",
+           "SymbolReadout", "ThresholdReadout", "AverageReadout", "WordSum"]

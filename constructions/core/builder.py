@@ -79,6 +79,20 @@ def naming_block(emit: Callable[..., Any]) -> Callable[..., Any]:
     return wrapped
 
 
+_BUILDING: contextvars.ContextVar[Any] = contextvars.ContextVar("building", default=None)
+
+
+@contextlib.contextmanager
+def building(entry: Any) -> Iterator[None]:
+    """While a registered builder runs (the registry's decorator enters this): the construction
+    being built, whose name and theorem :meth:`ModelBuilder.build` gives the model unless told."""
+    token = _BUILDING.set(entry)
+    try:
+        yield
+    finally:
+        _BUILDING.reset(token)
+
+
 def _who() -> str:
     """The block whose ``emit`` is running, for messages (``"block SymbolReadout: "``), or ""."""
     b = _BLOCK.get()
@@ -425,9 +439,14 @@ class ModelBuilder:
         -- or None: the fewest-bit binary format in which every block's condition holds and every
         weight is a grid value (the module docstring); ``fields``: the other
         :class:`~exactformer.constructions.core.ir.CompiledModel` fields (``construction``,
-        ``theorem``, ``n``, ``task_params``, ``answer_positions`` ...)."""
+        ``theorem`` -- by default the registered construction's being built --, ``n``, ``task_params``,
+        ``answer_positions`` ...)."""
         from exactformer.precision import parse_format
 
+        entry = _BUILDING.get()
+        if entry is not None:
+            fields.setdefault("construction", entry.name)
+            fields.setdefault("theorem", entry.theorem)
         if not isinstance(answers, (list, tuple)) or not answers:
             raise IRError(f"build: answers must be a non-empty list (the answer each logit stands for), got {answers!r}")
         answers = list(answers)

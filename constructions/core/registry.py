@@ -27,6 +27,7 @@ Order: paper 1 before paper 2, then by theorem number (read from ``theorem``), t
 
 from __future__ import annotations
 
+import functools
 import importlib
 import importlib.metadata
 import importlib.util
@@ -41,6 +42,7 @@ from types import ModuleType
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from exactformer.constructions.core.builder import building
 from exactformer.constructions.core.ir import CompiledModel
 from exactformer.constructions.core.task import Task
 
@@ -167,11 +169,17 @@ def construction(name: str, task: type | Task, theorem: str, claim: Claim,
         if known is not None and (known.module, known.builder.__qualname__) != (fn.__module__, fn.__qualname__):
             raise RegistryError(f"construction {name!r} is already registered by {known.module}.{known.builder.__qualname__}; "
                                 f"{fn.__module__}.{fn.__qualname__} must use another name")
-        _REGISTRY[name] = Construction(name, fn, task() if isinstance(task, type) else task, theorem, claim,
-                                       tuple(rows), reason, dict(example or {"n": 8}), next(_COUNTER), all_max_n,
-                                       None if small is None else dict(small))
-        fn.construction_name = name  # type: ignore[attr-defined]
-        return fn
+
+        @functools.wraps(fn)
+        def builder(*args: Any, **kwargs: Any) -> CompiledModel:
+            with building(entry):  # ModelBuilder.build names the model after its registration
+                return fn(*args, **kwargs)
+
+        entry = Construction(name, builder, task() if isinstance(task, type) else task, theorem, claim, tuple(rows),
+                             reason, dict(example or {"n": 8}), next(_COUNTER), all_max_n, None if small is None else dict(small))
+        _REGISTRY[name] = entry
+        builder.construction_name = name  # type: ignore[attr-defined]
+        return builder
 
     return wrap
 

@@ -216,7 +216,7 @@ class FunctionOf(Rule):
     def resolve(self, task: SequenceTask, model: Any) -> Reads:
         T = task.length(model)
         at = self._position(self.at, T, "at")
-        ps = [self._position(p, T, f"position {p}") for p in self.positions]
+        ps = list(dict.fromkeys(self._position(p, T, f"position {p}") for p in self.positions))  # each read once
         dom, base = _base(task, model)
         axes = [np.asarray(dom[p], dtype=np.int64) for p in ps]
         _combinations(math.prod(len(a) for a in axes), type(self).__name__)
