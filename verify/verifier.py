@@ -27,7 +27,7 @@ from exactformer.constructions.core import registry
 from exactformer.constructions.core.ir import CompiledModel, IRError, ModelIR
 from exactformer.constructions.core.task import EXHAUSTIVE_LIMIT, MODES, Batch, Task, count_log2, format_count, inputs_phrase
 from exactformer.precision import Format, float_format, parse_format
-from exactformer.verify.certify.composed import certify
+from exactformer.verify.certify.composed import SEARCH_SECONDS, certify
 from exactformer.verify.errors import VerifyError
 from exactformer.verify.executor.exact import run
 
@@ -158,10 +158,17 @@ def check_batches(model: CompiledModel, fmt: Format, batches: Iterable[Batch], d
 
 
 def _plain(v: Any) -> Any:
-    """A truth or an answer as plain JSON-able values."""
+    """A truth or an answer as plain JSON-able values, exactly: integers and booleans as themselves,
+    a float as itself, a Fraction as its text ("1/2"; never rounded to an integer)."""
     if isinstance(v, (list, tuple, np.ndarray)):
         return [_plain(x) for x in v]
-    return None if v is None else int(v)
+    if isinstance(v, np.generic):
+        v = v.item()
+    if v is None or isinstance(v, (bool, int, float, str)):
+        return v
+    if isinstance(v, Fraction):
+        return v.numerator if v.denominator == 1 else f"{v.numerator}/{v.denominator}"
+    return str(v)
 
 
 def counterexample_runner(fmt: Format, device: str = "cpu", arithmetic: str = "fixed") -> Callable[[CompiledModel, Batch], dict | None]:
@@ -238,6 +245,15 @@ def check_fmt(fmt: Format | str | None) -> Format | None:
     if fmt is not None and not isinstance(fmt, Format):
         raise VerifyError("fmt", f"must be a number format or its name, got {type(fmt).__name__}")
     return fmt
+
+
+def check_search_seconds(seconds: Any) -> float:
+    """The counterexample search's time budget in seconds: a number >= 0 (None: the default)."""
+    if seconds is None:
+        return SEARCH_SECONDS
+    if isinstance(seconds, bool) or not isinstance(seconds, (int, float, Fraction)) or not 0 <= seconds < float("inf"):
+        raise VerifyError("search_seconds", f"must be a number of seconds >= 0, got {seconds!r}")
+    return float(seconds)
 
 
 def check_sharding(mode: str | None, workers: Any, scheduler: Any) -> bool:
@@ -352,7 +368,7 @@ def choose_mode(task: Task, model: CompiledModel, mode: str | None, sharded: boo
 def verify(model: Any, mode: str | None = None, fmt: Format | str | None = None, samples: int | None = None,
            seed: int | None = None, device: str = "cpu", progress: Callable[[int], None] | None = None,
            phase: Callable[[str], None] | None = None, arithmetic: str = "fixed", workers: int | None = None,
-           scheduler: str | None = None) -> Report:
+           scheduler: str | None = None, search_seconds: float | None = None) -> Report:
     """Verify ``model`` under ``fmt`` (default: the precision it was built for).
 
     ``mode``: "certify" (a proof for all inputs, or a counterexample), "exhaustive" (every input;
@@ -369,6 +385,8 @@ def verify(model: Any, mode: str | None = None, fmt: Format | str | None = None,
     processes, 0 for this process, or the scheduler at ``scheduler``); exhaustive then runs up to
     2^32 inputs with the single-process result, sample draws its inputs per shard (seeds from
     ``seed`` and the shard, the same for any number of workers).
+    ``search_seconds``: the time budget of certify's counterexample search when a proof step fails
+    (default :data:`~exactformer.verify.certify.composed.SEARCH_SECONDS`; the report says what it ran).
     ``progress(n)`` is called with the inputs done per batch, ``phase(name)`` with each
     certificate step. Every bad argument raises :class:`VerifyError` naming it."""
     model = check_model(model)
@@ -376,6 +394,7 @@ def verify(model: Any, mode: str | None = None, fmt: Format | str | None = None,
     check_arithmetic(arithmetic)
     check_device(device)
     fmt = check_fmt(fmt)
+    budget = check_search_seconds(search_seconds)
     task = task_of(model)
     malformed = _malformed(model, task)
     if malformed is not None:
@@ -383,6 +402,8 @@ def verify(model: Any, mode: str | None = None, fmt: Format | str | None = None,
     shard = check_sharding(mode, workers, scheduler)
     mode, why = choose_mode(task, model, mode, shard, arithmetic if fmt is None or fmt.is_exact else fmt.name)
     samples, seed = check_sampling(mode, check_samples(samples), check_seed(seed))
+    if search_seconds is not None and mode != "certify":
+        raise VerifyError("search_seconds", f"only with mode certify (this run's mode is {mode}: {COVERS[mode]})")
     count = task.count(model)
     extra = dict(mode_reason=why, samples=samples if mode == "sample" else None,
                  input_count=format_count(count, model.n), input_count_log2=count_log2(count))
@@ -402,7 +423,7 @@ def verify(model: Any, mode: str | None = None, fmt: Format | str | None = None,
     if mode == "certify":
         cert = certify(model, fmt, task, device=device,
                        run_candidates=counterexample_runner(fmt, device, arithmetic), progress=phase,
-                       arithmetic=arithmetic)
+                       arithmetic=arithmetic, search_seconds=budget)
         return Report(**base, passed=cert.passed, inputs_covered="all" if cert.passed else 0,
                       seconds=time.perf_counter() - t0,
                       min_margin=None if cert.min_margin is None else str(cert.min_margin),

@@ -376,10 +376,17 @@ class Task(ABC):
         them (the search is then complete: a wrong answer is found wherever there is one), else
         planted from ``hint`` first (subclasses), then adversarial, then sampled (seeded)."""
         if self.count(model) <= count:
-            yield from self.exhaustive(model)
+            yield from _named(self.exhaustive(model), "every input")
             return
-        yield from self.adversarial(model, count, seed=1)
-        yield from self.sample(model, count, seed=2)
+        yield from _named(self.adversarial(model, count, seed=1), "adversarial")
+        yield from _named(self.sample(model, count, seed=2), "sampled")
+
+
+def _named(batches: Iterator[Batch], kind: str) -> Iterator[Batch]:
+    """``batches`` with ``kind`` where they name none (what a counterexample search says it tried)."""
+    for b in batches:
+        b.kind = b.kind or kind
+        yield b
 
 
 class SymbolsTask(Task):

@@ -239,7 +239,7 @@ def require_code(out_dir: Path, man: dict[str, Any], trust_code: bool) -> None:
     for entry in man.get("code") or []:
         module, file = entry.get("module"), entry.get("file")
         if not trust_code:
-            raise UntrustedCode(f"{out_dir}: the model needs module {module!r} ({file or 'no file recorded'}), which "
+            raise UntrustedCode(f"the model needs module {module!r} ({file or 'no file recorded'}), which "
                                 f"defines {', '.join(entry.get('defines') or ['its code'])}; loading imports it (running "
                                 "its code) only with trust_code=True (command line: --trust-code), or import it first")
         try:
