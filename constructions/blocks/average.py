@@ -142,10 +142,12 @@ class SetAverage(ViewHead):
             raise ValueError(f"SetAverage: value {self.value} and out {self.out} must pair slots one to one")
 
     def emit(self, mb: Any, layer: int) -> int | None:
-        if self.eta is None:
-            return mb.defer(self, layer)  # placed by the build once the format (and eta) is chosen
         if mb.layout.width(self.member) != 1:
             raise ValueError(f"member slot {self.member!r} must have width 1, has {mb.layout.width(self.member)}")
+        if any(mb.layout.width(s_out) != mb.layout.width(s_in) for s_in, s_out in zip(self.value, self.out)):
+            raise ValueError(f"the value slots {self.value} and out slots {self.out} must have the same widths")
+        if self.eta is None:
+            return mb.defer(self, layer)  # placed by the build once the format (and eta) is chosen
         w = sum(mb.layout.width(v) for v in self.value)
         dh = max(1, w)
         b_Q = np.array([Fraction(0)] * dh, dtype=object)
@@ -153,8 +155,6 @@ class SetAverage(ViewHead):
         V, O, d0 = [], [], 0
         for s_in, s_out in zip(self.value, self.out):
             n = mb.layout.width(s_in)
-            if mb.layout.width(s_out) != n:
-                raise ValueError(f"value slot {s_in!r} has width {n}, out slot {s_out!r} width {mb.layout.width(s_out)}")
             V.append((s_in, np.eye(n, dh, d0, dtype=np.int64)))
             O.append((s_out, np.eye(dh, n, -d0, dtype=np.int64)))
             d0 += n
@@ -308,7 +308,7 @@ class SetAverage(ViewHead):
         one, zero = entry == vals.den, entry == 0
         if not np.all(one | zero):
             p = int(np.flatnonzero(~(one | zero))[0])
-            raise Unproven(f"the member column holds {entry[p]}/{vals.den} at position {p}, not 0 or 1",
+            raise Unproven(f"the member column holds {Fraction(int(entry[p]), vals.den)} at position {p}, not 0 or 1",
                            {"positions": [p]})
         if not one.any():
             raise Unproven("the member column holds no 1: the set is empty")

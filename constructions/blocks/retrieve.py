@@ -85,10 +85,14 @@ class RetrieveByPosition(ViewHead):
             raise ValueError(f"RetrieveByPosition: value {self.value} and out {self.out} must pair slots one to one")
 
     def emit(self, mb: Any, layer: int) -> int | None:
+        k = mb.layout[self.query].size
+        if mb.layout[self.key].size != k:
+            raise ValueError(f"query slot {self.query!r} has width {k}, key slot {self.key!r} {mb.layout[self.key].size}")
+        w = sum(mb.layout[s].size for s in self.value)
+        if any(mb.layout[s_out].size != mb.layout[s_in].size for s_in, s_out in zip(self.value, self.out)):
+            raise ValueError(f"the value slots {self.value} and out slots {self.out} must have the same widths")
         if self.eta is None or self.gram is None:
             return mb.defer(self, layer)  # placed by the build once the format (and eta) is chosen
-        k = mb.layout[self.query].size
-        w = sum(mb.layout[s].size for s in self.value)
         extra = 1 if self.offset else 0
         dh = max(k + extra, w, 1)
         q = self.eta * self.gram
@@ -102,8 +106,6 @@ class RetrieveByPosition(ViewHead):
         V, O, d0 = [], [], 0
         for s_in, s_out in zip(self.value, self.out):
             n = mb.layout[s_in].size
-            if mb.layout[s_out].size != n:
-                raise ValueError(f"value slot {s_in!r} has width {n}, out slot {s_out!r} width {mb.layout[s_out].size}")
             V.append((s_in, np.eye(n, dh, d0, dtype=np.int64)))
             O.append((s_out, np.eye(dh, n, -d0, dtype=np.int64)))
             d0 += n

@@ -63,7 +63,7 @@ def naming_block(emit: Callable[..., Any]) -> Callable[..., Any]:
 
     @functools.wraps(emit)
     def wrapped(self: Any, mb: Any, *args: Any, **kwargs: Any) -> Any:
-        token = _BLOCK.set(self)
+        token = _BLOCK.set((self, True))
         try:
             return emit(self, mb, *args, **kwargs)
         except (IRError, ValueError, TypeError, IndexError) as e:
@@ -94,9 +94,10 @@ def building(entry: Any) -> Iterator[None]:
 
 
 def _who() -> str:
-    """The block whose ``emit`` is running, for messages (``"block SymbolReadout: "``), or ""."""
+    """The block whose pieces are being checked, for messages (``"block SymbolReadout: "``), or ""
+    (none, or inside its ``emit``, whose errors :func:`naming_block` names)."""
     b = _BLOCK.get()
-    return "" if b is None else f"block {type(b).__name__}: "
+    return "" if b is None or b[1] else f"block {type(b[0]).__name__}: "
 
 
 _SHAPES_ONLY: contextvars.ContextVar[bool] = contextvars.ContextVar("shapes_only", default=False)
@@ -254,6 +255,19 @@ class _Layer:
         self.b_O: list[tuple[str, Exact]] = []
         self.b_out: list[tuple[str, Exact]] = []
         self.causal = False
+
+
+class Unmet(IRError):
+    """A block's sufficient condition, or a weight, that the format at hand does not meet (the
+    precision search tries the next format; a given precision is refused)."""
+
+
+def _design_of(block: Any, fmt: Any, mb: "ModelBuilder") -> Any:
+    """``block.design(fmt, mb)``, an error in it naming the block."""
+    try:
+        return block.design(fmt, mb)
+    except (IRError, ValueError) as e:
+        raise IRError(f"{type(block).__name__}: {e}") from None
 
 
 def _shape(value: Exact) -> tuple[int, ...]:
@@ -488,14 +502,14 @@ class ModelBuilder:
         naming a block whose condition fails in ``fmt`` (``search``: the placed blocks' conditions
         too -- a format the caller gives is theirs to choose for the blocks they placed)."""
         for p in self.plan if search else ():
-            if p.block.design(fmt, self) is None:
-                raise IRError(f"block {type(p.block).__name__}: its sufficient condition fails in {fmt.name}")
+            if _design_of(p.block, fmt, self) is None:
+                raise Unmet(f"block {type(p.block).__name__}: its sufficient condition fails in {fmt.name}")
         designed = []
         for block, args in self.deferred:
-            d = block.design(fmt, self)
+            d = _design_of(block, fmt, self)
             if d is None:
-                raise IRError(f"block {type(block).__name__}: no choice of its parameters meets its sufficient condition "
-                              f"in {fmt.name} (leave precision out to search a format)")
+                raise Unmet(f"block {type(block).__name__}: no choice of its parameters meets its sufficient condition "
+                            f"in {fmt.name} (leave precision out to search a format)")
             designed.append((d, args))
         mb = copy.copy(self)
         mb.layers = [copy.copy(L) for L in self.layers]
@@ -520,7 +534,7 @@ class ModelBuilder:
                     continue
                 try:
                     mb = self._designed(fmt, search=True)
-                except IRError as e:
+                except Unmet as e:
                     why = str(e)
                     continue
                 if _SHAPES_ONLY.get():
@@ -594,7 +608,7 @@ class ModelBuilder:
         V = len(answers)
         W_U, b_U = _Acc((d, V)), _Acc((V,))
         for slot, M, block in self.unembed_parts:
-            token = _BLOCK.set(block)
+            token = _BLOCK.set((block, False))
             try:
                 self._check("W_U", slot, M, (self.layout.width(slot), V), "slot width, answers")
                 if self.b_U is not None:

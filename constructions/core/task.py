@@ -345,7 +345,8 @@ class Task(ABC):
         """Natural inputs (as users write them) -> the task's arrays, validated."""
 
     def batch(self, model: Any, *arrays: np.ndarray, kind: str = "") -> Batch:
-        return Batch(tuple(arrays), self.encode_arrays(model, *arrays), self.truth(model, *arrays), kind)
+        """The inputs held as ``arrays``, their tokens and their truth (as an array: a truth may be a list)."""
+        return Batch(tuple(arrays), self.encode_arrays(model, *arrays), np.asarray(self.truth(model, *arrays)), kind)
 
     def encode(self, model: Any, example: Any) -> np.ndarray:
         return self.encode_arrays(model, *self.to_arrays(model, [example]))[0]

@@ -139,7 +139,11 @@ def _param_from_json(d: dict[str, Any]) -> Param:
 
 
 def _answers_json(answers: list[Any]) -> dict[str, Any]:
-    """Answers as JSON when they survive a round trip (ints, strings, ...), else their str()."""
+    """Answers as JSON when they survive a round trip (ints, strings, ...); Fractions (an average's
+    answers) as their text with ``"type": "Fraction"``; anything else as its str()."""
+    if any(isinstance(a, Fraction) for a in answers) and all(isinstance(a, (Fraction, int)) and not isinstance(a, bool)
+                                                               for a in answers):
+        return {"values": [frac_str(Fraction(a)) for a in answers], "exact": True, "type": "Fraction"}
     try:
         vals = jsonable(list(answers))
         if vals == list(answers):
@@ -165,7 +169,8 @@ MODEL_FIELDS: dict[str, tuple[Callable[[Any], Any], Callable[[Any], Any]]] = {
                lambda d: {k: _param_from_json(v) for k, v in d.items()}),
     "task_params": (jsonable, dict),
     "vocab": (vocab_json, vocab_from_json),
-    "answers": (_answers_json, lambda d: list(d["values"])),
+    "answers": (_answers_json, lambda d: [Fraction(v) for v in d["values"]] if d.get("type") == "Fraction"
+                else list(d["values"])),
     "answer_positions": (lambda a: None if a is None else [int(t) for t in a],
                          lambda a: None if a is None else tuple(int(t) for t in a)),
     "layout": (lambda d: {k: [int(v[0]), int(v[1])] for k, v in d.items()}, dict),

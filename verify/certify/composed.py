@@ -340,7 +340,7 @@ def _search(model: Any, task: Any, hint: dict, run: Callable, candidates: Any = 
         return None, f"the counterexample search stopped: {type(e).__name__}: {e}"
     except MemoryError:  # an input too large to run here is no answer either way: never a traceback
         return None, f"the counterexample search stopped: out of memory after {n} candidate inputs"
-    if candidates is None and task.count(model) == n:
+    if candidates is None and set(tried) <= {"every input", "exhaustive"} and task.count(model) == n:
         return None, f"every one of the {n} inputs is answered right ({time.perf_counter() - t0:.1f} s)"
     return None, f"no counterexample among {ran()}"
 
@@ -352,7 +352,7 @@ def _joined(batches: Any, size: int = SEARCH_BATCH) -> Any:
     failed step's hint). The first wrong answer of a joined batch is the first of the candidates in order."""
     held: list = []
     count = 0
-    for b in batches:
+    for b in (part for whole in batches for part in _split(whole, size)):
         if held and (count + len(b) > size or not Batch.joinable(held[-1], b)):
             yield Batch.join(held), [(h.kind or "planted", len(h)) for h in held]
             held, count = [], 0
@@ -360,3 +360,12 @@ def _joined(batches: Any, size: int = SEARCH_BATCH) -> Any:
         count += len(b)
     if held:
         yield Batch.join(held), [(h.kind or "planted", len(h)) for h in held]
+
+
+def _split(batch: Batch, size: int) -> Any:
+    """``batch`` in pieces of at most ``size`` inputs (the search's time budget is checked between them)."""
+    if len(batch) <= size or not isinstance(batch.tokens, np.ndarray):
+        yield batch
+        return
+    for lo in range(0, len(batch), size):
+        yield batch.take(np.arange(lo, min(len(batch), lo + size)))
