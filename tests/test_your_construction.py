@@ -21,7 +21,6 @@ import os
 import subprocess
 import sys
 from fractions import Fraction
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -32,7 +31,6 @@ from exactformer.constructions.blocks import BLOCKS, BlockError
 from exactformer.constructions.core import registry
 from exactformer.constructions.core.ir import IRError
 from exactformer.constructions.core.sequence import RuleError
-from exactformer.constructions.export import UntrustedCode
 from test_field_coverage import _first_of_each_field, _run
 from tutorial import MODULES, ROOT, SIZES, TUTORIAL, registered
 
@@ -305,6 +303,32 @@ def _sum_with_precision(module, precision):
     mb = public.ModelBuilder(public.Layout(token=m, bits_a=m, bits_b=m), n_layers=1, d_vocab=4, n_ctx=6)
     module.SumReadout("bits_a", "bits_b", 4).emit(mb)
     return mb.build(answers=list(range(7)), precision=precision, construction="sum-of-two", theorem="t", n=6)
+
+
+def test_a_code_vector_beyond_the_code_is_named(tutorial):
+    with pytest.raises(IRError) as e:
+        xf.build("copy-token", n=6, j=6)
+    assert _one_line(e.value) == ("position_code: code_start + count = 6 + 1 must be at most the code's 6 vectors "
+                                  "(code_start >= 0)")
+
+
+def test_the_search_reports_its_progress():
+    """A slow runner: the search reports at 1, 2, 4 ... seconds and stops at its budget."""
+    import time
+
+    from exactformer.constructions.core.task import Batch
+    from exactformer.verify.certify import composed
+
+    batch = Batch((np.zeros((256, 2), np.int64),), np.zeros((256, 2), np.int64), np.zeros(256, np.int64), "sampled")
+
+    def slow(model, b):
+        time.sleep(0.4)
+
+    calls = []
+    found, said = composed._search(None, None, {}, slow, candidates=[batch] * 20, seconds=2.5, progress=calls.append)
+    assert found is None and said.startswith("no counterexample among ") and "(sampled " in said
+    assert "the search stopped at its time budget of 2.5 s" in said
+    assert len(calls) >= 2 and all(c.startswith("counterexample search: ") and c.endswith("(budget 2.5 s)") for c in calls)
 
 
 def test_registrations_name_their_conflicts(tutorial):

@@ -50,6 +50,8 @@ from exactformer.constructions.core.ir import (
 
 Exact = Any  # np.ndarray of ints | (np.ndarray, int) | Fraction | int
 
+#: the construction of a model built outside a registered builder (it runs; verifying needs a registration)
+UNREGISTERED = "unregistered"
 #: the largest format the precision search of :meth:`ModelBuilder.build` tries (sign + int + frac bits)
 MAX_BITS = 48
 
@@ -333,9 +335,12 @@ class ModelBuilder:
         self._check("position_rows values", slot, values, (r.size, self.layout.width(slot)), "rows, slot width")
         self.pos_rows.append((r, slot, values))
 
-    def _code(self, which: str, slot: str, first_row: int, count: int, code: Any, limit: int) -> None:
+    def _code(self, which: str, slot: str, first_row: int, count: int, code: Any, code_start: int, limit: int) -> None:
         self._rows(which, [first_row, first_row + count - 1] if count > 0 else [], limit,
                    "d_vocab" if which == "token_code" else "n_ctx")
+        if not 0 <= code_start <= code_start + count <= getattr(code, "n", code_start + count):
+            raise IRError(f"{_who()}{which}: code_start + count = {code_start} + {count} must be at most the code's "
+                          f"{code.n} vectors (code_start >= 0)")
         if getattr(code, "k", None) != self.layout.width(slot):
             raise IRError(f"{_who()}{which}: code width {getattr(code, 'k', None)} != width "
                           f"{self.layout.width(slot)} of slot {slot!r}")
@@ -343,14 +348,14 @@ class ModelBuilder:
     def token_code(self, slot: str, first_row: int, count: int, code: Any, code_start: int = 0,
                    scale: Fraction = Fraction(1)) -> None:
         """Token rows first_row .. first_row+count-1 hold ``scale * code(code_start + r)`` on ``slot``."""
-        self._code("token_code", slot, first_row, count, code, self.d_vocab)
+        self._code("token_code", slot, first_row, count, code, code_start, self.d_vocab)
         self.tok_codes.append((slot, first_row, count, code, code_start, Fraction(scale)))
 
     def position_code(self, slot: str, first_row: int, count: int, code: Any, code_start: int = 0,
                       scale: Fraction = Fraction(1)) -> None:
         """Positions first_row .. first_row+count-1 hold ``scale * code(code_start + r)`` on ``slot``
         (position first_row holds vector code_start)."""
-        self._code("position_code", slot, first_row, count, code, self.n_ctx)
+        self._code("position_code", slot, first_row, count, code, code_start, self.n_ctx)
         self.pos_codes.append((slot, first_row, count, code, code_start, Fraction(scale)))
 
     def code_of(self, slot: str) -> Any:
@@ -452,15 +457,15 @@ class ModelBuilder:
         :class:`~exactformer.precision.Format` or its name -- every weight must be a grid value of it
         -- or None: the fewest-bit binary format in which every block's condition holds and every
         weight is a grid value (the module docstring); ``fields``: the other
-        :class:`~exactformer.constructions.core.ir.CompiledModel` fields (``construction``,
-        ``theorem`` -- by default the registered construction's being built --, ``n``, ``task_params``,
-        ``answer_positions`` ...)."""
+        :class:`~exactformer.constructions.core.ir.CompiledModel` fields (``construction`` and
+        ``theorem`` -- by default the registered construction's being built, else
+        :data:`UNREGISTERED` --, ``n`` -- default ``n_ctx`` --, ``task_params``, ``answer_positions`` ...)."""
         from exactformer.precision import parse_format
 
         entry = _BUILDING.get()
-        if entry is not None:
-            fields.setdefault("construction", entry.name)
-            fields.setdefault("theorem", entry.theorem)
+        fields.setdefault("construction", UNREGISTERED if entry is None else entry.name)
+        fields.setdefault("theorem", "" if entry is None else entry.theorem)
+        fields.setdefault("n", self.n_ctx)
         if not isinstance(answers, (list, tuple)) or not answers:
             raise IRError(f"build: answers must be a non-empty list (the answer each logit stands for), got {answers!r}")
         answers = list(answers)

@@ -342,7 +342,6 @@ def prefix_sums(n: int, word_bits: int = 4, fan_in: int = 2, precision: Format |
                                  "fixed point: exact (c <= 1 per head); reals and floats: eta keeps every step "
                                  "within its margin"),
         })
-    model.weights_raw(fmt)
     return model
 
 
