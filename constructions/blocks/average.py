@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from exactformer.constructions.blocks.base import block, ViewHead
+from exactformer.constructions.blocks.base import block, copied_through, paired_slots, ViewHead
 from exactformer.constructions.core.proof import CertContext, Unproven
 from exactformer.constructions.core.views import Box, Count, Group, State, Var, unique_rows
 from exactformer.constructions.core import runs
@@ -135,29 +135,17 @@ class SetAverage(ViewHead):
     TOLERANCE = Fraction(1, 8)
 
     def __post_init__(self) -> None:
-        for name in ("value", "out"):  # a slot name alone is a tuple of one
-            if isinstance(getattr(self, name), str):
-                object.__setattr__(self, name, (getattr(self, name),))
-        if len(self.value) != len(self.out):
-            raise ValueError(f"SetAverage: value {self.value} and out {self.out} must pair slots one to one")
+        paired_slots(self)
 
     def emit(self, mb: Any, layer: int) -> int | None:
         if mb.layout.width(self.member) != 1:
             raise ValueError(f"member slot {self.member!r} must have width 1, has {mb.layout.width(self.member)}")
-        if any(mb.layout.width(s_out) != mb.layout.width(s_in) for s_in, s_out in zip(self.value, self.out)):
-            raise ValueError(f"the value slots {self.value} and out slots {self.out} must have the same widths")
+        dh = max(1, sum(mb.layout.width(v) for v in self.value))
+        V, O = copied_through(mb, self.value, self.out, dh)
         if self.eta is None:
             return mb.defer(self, layer)  # placed by the build once the format (and eta) is chosen
-        w = sum(mb.layout.width(v) for v in self.value)
-        dh = max(1, w)
         b_Q = np.array([Fraction(0)] * dh, dtype=object)
         b_Q[0] = Fraction(self.eta)
-        V, O, d0 = [], [], 0
-        for s_in, s_out in zip(self.value, self.out):
-            n = mb.layout.width(s_in)
-            V.append((s_in, np.eye(n, dh, d0, dtype=np.int64)))
-            O.append((s_out, np.eye(dh, n, -d0, dtype=np.int64)))
-            d0 += n
         return mb.head(self, layer, dh, K=[(self.member, np.eye(1, dh, dtype=np.int64))], V=V, O=O, b_Q=b_Q)
 
     # ---- the sufficient condition (builder side) ---------------------------------------------------

@@ -181,6 +181,30 @@ class ReadoutBlock(Block):
         """Add the unembedding to ``mb``."""
 
 
+def paired_slots(block: Any) -> None:
+    """A frozen block's ``value`` and ``out`` as tuples of slot names (a name alone is a tuple of
+    one), paired one to one (its ``__post_init__``)."""
+    for name in ("value", "out"):
+        if isinstance(getattr(block, name), str):
+            object.__setattr__(block, name, (getattr(block, name),))
+    if len(block.value) != len(block.out):
+        raise ValueError(f"{type(block).__name__}: value {block.value} and out {block.out} must pair slots one to one")
+
+
+def copied_through(mb: Any, value: tuple[str, ...], out: tuple[str, ...], d_head: int) -> tuple[list, list]:
+    """A head's V and O pieces copying the slots ``value`` to the slots ``out`` through head dims
+    0, 1, ... (identities); the paired slots must have the same widths."""
+    V, O, d0 = [], [], 0
+    for s_in, s_out in zip(value, out):
+        n = mb.layout.width(s_in)
+        if mb.layout.width(s_out) != n:
+            raise ValueError(f"value slot {s_in!r} has width {n}, out slot {s_out!r} {mb.layout.width(s_out)}")
+        V.append((s_in, np.eye(n, d_head, d0, dtype=np.int64)))
+        O.append((s_out, np.eye(d_head, n, -d0, dtype=np.int64)))
+        d0 += n
+    return V, O
+
+
 def _to_json(v: Any) -> Any:
     if isinstance(v, Fraction):
         return str(v)

@@ -43,7 +43,7 @@ from typing import Any
 
 import numpy as np
 
-from exactformer.constructions.blocks.base import block, ViewHead
+from exactformer.constructions.blocks.base import block, copied_through, paired_slots, ViewHead
 from exactformer.constructions.core.proof import CertContext, Unproven
 from exactformer.constructions.codes.products import CodeWorkError, histograms, pair_inner, resolve, same_generator
 from exactformer.constructions.codes.weights import CodeAlgebraError, RowCounts, algebra_of
@@ -78,23 +78,17 @@ class RetrieveByPosition(ViewHead):
     TOLERANCE = Fraction(1, 4)
 
     def __post_init__(self) -> None:
-        for name in ("value", "out"):  # a slot name alone is a tuple of one
-            if isinstance(getattr(self, name), str):
-                object.__setattr__(self, name, (getattr(self, name),))
-        if len(self.value) != len(self.out):
-            raise ValueError(f"RetrieveByPosition: value {self.value} and out {self.out} must pair slots one to one")
+        paired_slots(self)
 
     def emit(self, mb: Any, layer: int) -> int | None:
         k = mb.layout[self.query].size
         if mb.layout[self.key].size != k:
             raise ValueError(f"query slot {self.query!r} has width {k}, key slot {self.key!r} {mb.layout[self.key].size}")
-        w = sum(mb.layout[s].size for s in self.value)
-        if any(mb.layout[s_out].size != mb.layout[s_in].size for s_in, s_out in zip(self.value, self.out)):
-            raise ValueError(f"the value slots {self.value} and out slots {self.out} must have the same widths")
+        extra = 1 if self.offset else 0
+        dh = max(k + extra, sum(mb.layout.width(s) for s in self.value), 1)
+        V, O = copied_through(mb, self.value, self.out, dh)
         if self.eta is None or self.gram is None:
             return mb.defer(self, layer)  # placed by the build once the format (and eta) is chosen
-        extra = 1 if self.offset else 0
-        dh = max(k + extra, w, 1)
         q = self.eta * self.gram
         Q = [(self.query, (np.eye(k, dh, dtype=np.int64) * q.numerator, q.denominator))]
         K = [(self.key, np.eye(k, dh, dtype=np.int64))]
@@ -103,12 +97,6 @@ class RetrieveByPosition(ViewHead):
             b_Q = np.array([Fraction(0)] * dh, dtype=object)
             b_K = np.array([Fraction(0)] * dh, dtype=object)
             b_Q[k], b_K[k] = self.eta, self.offset
-        V, O, d0 = [], [], 0
-        for s_in, s_out in zip(self.value, self.out):
-            n = mb.layout[s_in].size
-            V.append((s_in, np.eye(n, dh, d0, dtype=np.int64)))
-            O.append((s_out, np.eye(dh, n, -d0, dtype=np.int64)))
-            d0 += n
         return mb.head(self, layer, dh, Q=Q, K=K, V=V, O=O, b_Q=b_Q, b_K=b_K)
 
     def design(self, fmt: Any, mb: Any) -> "RetrieveByPosition | None":

@@ -65,9 +65,9 @@ def naming_block(emit: Callable[..., Any]) -> Callable[..., Any]:
 
     @functools.wraps(emit)
     def wrapped(self: Any, mb: Any, *args: Any, **kwargs: Any) -> Any:
-        token = _BLOCK.set((self, True))
         try:
-            return emit(self, mb, *args, **kwargs)
+            with _setting(_BLOCK, (self, True)):
+                return emit(self, mb, *args, **kwargs)
         except (IRError, ValueError, TypeError, IndexError) as e:
             if getattr(e, "names_block", False):
                 raise
@@ -75,8 +75,6 @@ def naming_block(emit: Callable[..., Any]) -> Callable[..., Any]:
             err = IRError(f"{type(self).__name__}{where}: {e}")
             err.names_block = True  # type: ignore[attr-defined]
             raise err from None
-        finally:
-            _BLOCK.reset(token)
 
     return wrapped
 
@@ -85,14 +83,19 @@ _BUILDING: contextvars.ContextVar[Any] = contextvars.ContextVar("building", defa
 
 
 @contextlib.contextmanager
-def building(entry: Any) -> Iterator[None]:
-    """While a registered builder runs (the registry's decorator enters this): the construction
-    being built, whose name and theorem :meth:`ModelBuilder.build` gives the model unless told."""
-    token = _BUILDING.set(entry)
+def _setting(var: contextvars.ContextVar, value: Any) -> Iterator[None]:
+    """``var`` holds ``value`` inside the context."""
+    token = var.set(value)
     try:
         yield
     finally:
-        _BUILDING.reset(token)
+        var.reset(token)
+
+
+def building(entry: Any) -> contextlib.AbstractContextManager:
+    """While a registered builder runs (the registry's decorator enters this): the construction
+    being built, whose name and theorem :meth:`ModelBuilder.build` gives the model unless told."""
+    return _setting(_BUILDING, entry)
 
 
 def _who() -> str:
@@ -105,16 +108,11 @@ def _who() -> str:
 _SHAPES_ONLY: contextvars.ContextVar[bool] = contextvars.ContextVar("shapes_only", default=False)
 
 
-@contextlib.contextmanager
-def shapes_only():
+def shapes_only() -> contextlib.AbstractContextManager:
     """Inside this context every :meth:`ModelBuilder.build` returns a :class:`ShapeOnlyModel`: the
     builder runs unchanged (its design searches, its layout, every block's placement) but no weight
     tensor or embedding table is assembled. The sizes tables read models built this way."""
-    token = _SHAPES_ONLY.set(True)
-    try:
-        yield
-    finally:
-        _SHAPES_ONLY.reset(token)
+    return _setting(_SHAPES_ONLY, True)
 
 
 def shapes_requested() -> bool:
@@ -613,13 +611,10 @@ class ModelBuilder:
         V = len(answers)
         W_U, b_U = _Acc((d, V)), _Acc((V,))
         for slot, M, block in self.unembed_parts:
-            token = _BLOCK.set((block, False))
-            try:
+            with _setting(_BLOCK, (block, False)):
                 self._check("W_U", slot, M, (self.layout.width(slot), V), "slot width, answers")
                 if self.b_U is not None:
                     self._check("b_U", None, self.b_U, (V,), "answers", scalar=True)
-            finally:
-                _BLOCK.reset(token)
             W_U.add(np.ix_(self.layout[slot], np.arange(V)), M)
         if self.b_U is not None:
             b_U.add(np.arange(V), self.b_U)
