@@ -13,7 +13,8 @@ The public API (``import exactformer as xf``) is :mod:`exactformer.api`: ``xf.bu
 frontier, on dask), ``model(inputs)``, and a builder
 per construction (``xf.index_lookup``, ``xf.equality`` ...); ``xf.BuildError`` and
 ``xf.VerifyError`` are the ValueErrors of bad arguments. Its names are imported when first used,
-so that ``import exactformer`` (and the command line's start) stays fast.
+so that ``import exactformer`` (and the command line's start) stays fast. The names a construction
+of one's own needs are :mod:`exactformer.construct` (docs/your-construction.md).
 
 ``xf.verify`` and ``xf.constructions`` name both the subpackages of the design card and two
 verbs of the API: the subpackages are callable -- ``xf.verify(model, ...)`` is

@@ -135,9 +135,15 @@ def build(name: str, **kwargs: Any) -> Model:
     return Model(_build(name, (), kwargs))
 
 
-def load(path: str | Path) -> Model:
-    """A model saved by :func:`save` (every file checked against the manifest's digests)."""
-    return Model(_load(path))
+def load(path: str | Path, trust_code: bool = False) -> Model:
+    """A model saved by :func:`save` (every file checked against the manifest's digests). A model
+    whose construction or blocks were defined in a module of one's own (docs/your-construction.md)
+    needs that module: registered already (imported by the caller), or imported from the module
+    the manifest records when ``trust_code`` is True (importing runs its code: allow it for files you
+    trust); otherwise the refusal names the module and the option."""
+    if not isinstance(trust_code, bool):
+        raise VerifyError("trust_code", f"must be True or False, got {trust_code!r}")
+    return Model(_load(path, trust_code=trust_code))
 
 
 def save(model: Model | CompiledModel, out_dir: str | Path, certify: bool = True, **kwargs: Any) -> Path:

@@ -74,10 +74,9 @@ def parameter_docs(fn: Callable) -> dict[str, str]:
     return out
 
 
-def builder_parameters(name: str) -> list[inspect.Parameter]:
-    """The builder's parameters with their annotations evaluated (builders may use postponed
-    annotations)."""
-    c = registry.get(name)
+def builder_parameters(c: registry.Construction) -> list[inspect.Parameter]:
+    """The parameters of construction ``c``'s builder with their annotations evaluated (builders may
+    use postponed annotations)."""
     hints = typing.get_type_hints(c.builder)
     return [p.replace(annotation=hints.get(p.name, p.annotation)) for p in c.parameters.values()]
 
@@ -106,6 +105,14 @@ def parse_int(text: str, opt: str, doc: str) -> int:
         return int(t, 0)
     except ValueError:
         raise ArgumentError(f"{opt}: must be an integer ({doc}), got {text!r}") from None
+
+
+def parse_seconds(text: str, opt: str) -> float:
+    """A number of seconds >= 0 from ``10``, ``2.5`` or ``1/2`` (``opt``: the option, for the error)."""
+    value = _fraction(text)
+    if value is None or value < 0:
+        raise ArgumentError(f"{opt}: must be a number of seconds >= 0, got {text!r}")
+    return float(value)
 
 
 def _fraction(text: str) -> Fraction | None:
@@ -204,17 +211,18 @@ def from_python(param: inspect.Parameter, value: Any, doc: str, n: Any) -> Any:
 # ---- building ------------------------------------------------------------------------------------------------------
 
 
-def build(name: str, args: tuple = (), kwargs: dict[str, Any] | None = None) -> Any:
-    """Call the builder of construction ``name`` with ``args`` and ``kwargs`` (its own parameter
-    names): an argument it does not take (or a missing one) is a :class:`BuildError` naming its
-    parameters; values are converted by :func:`from_python`."""
-    c = registry.get(name)
+def build(name: str | registry.Construction, args: tuple = (), kwargs: dict[str, Any] | None = None) -> Any:
+    """Call the builder of construction ``name`` (a registered name, or the registry's entry) with
+    ``args`` and ``kwargs`` (its own parameter names): an argument it does not take (or a missing
+    one) is a :class:`BuildError` naming its parameters; values are converted by :func:`from_python`."""
+    c = name if isinstance(name, registry.Construction) else registry.get(name)
+    name = c.name
     try:
         bound = inspect.signature(c.builder).bind(*args, **(kwargs or {}))
     except TypeError as e:
         raise BuildError(f"{name}: {e}; its parameters are {', '.join(c.parameters)}") from None
     docs = parameter_docs(c.builder)
-    params = {p.name: p for p in builder_parameters(name)}
+    params = {p.name: p for p in builder_parameters(c)}
     n = bound.arguments.get("n")
     for key, value in bound.arguments.items():
         bound.arguments[key] = from_python(params[key], value, docs.get(key, ""), n)

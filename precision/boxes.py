@@ -219,17 +219,21 @@ class FixedArithmetic(Arithmetic):
 
     # ---- attention rows --------------------------------------------------------------------------
     def row_weights(self, target: Box, levels: Box, counts: np.ndarray,
-                    optional: np.ndarray | None = None) -> tuple[Box, Box]:
+                    optional: np.ndarray | None = None, tied: np.ndarray | None = None) -> tuple[Box, Box]:
         """Softmax weights of rows given by a target logit and, per level, ``counts`` other keys
         with logits in ``levels`` ([R] and [R, L] boxes), and ``optional`` ([R, L], default none)
         further keys each of which may be absent (a row over any subset of them). Requires the
         target to be the strict row maximum (``target.lo > levels.hi`` wherever keys may be), so
         that the forward pass subtracts the target's logit: then every weight is monotone in every
-        logit difference, and a missing key only lowers the sum. Returns (target weight [R], weight
-        of each key at each level [R, L]) as boxes; a level with optional keys has lower bound 0."""
+        logit difference, and a missing key only lowers the sum. A level marked ``tied`` ([R, L]
+        bool) holds keys whose logit is computed exactly as the target's (the same products of the
+        same values: its box is the target's) and is exempt: they share the maximum. Returns (target
+        weight [R], weight of each key at each level [R, L]) as boxes; a level with optional keys has
+        lower bound 0."""
         counts, optional = _row_counts(counts, optional)
         present = (counts + optional) > 0
-        if np.any(present & ~(np.asarray(target.lo)[:, None] > np.asarray(levels.hi))):
+        free = present if tied is None else present & ~np.broadcast_to(np.asarray(tied, dtype=bool), present.shape)
+        if np.any(free & ~(np.asarray(target.lo)[:, None] > np.asarray(levels.hi))):
             raise ValueError("row_weights: the target is not the strict maximum of every row")
         zero = np.zeros_like(np.asarray(target.lo))
         d = self.sub(levels, Box(np.asarray(target.lo)[:, None], np.asarray(target.hi)[:, None]))
@@ -487,17 +491,19 @@ class FloatArithmetic(Arithmetic):
 
     # ---- attention rows --------------------------------------------------------------------------
     def row_weights(self, target: Box, levels: Box, counts: np.ndarray,
-                    optional: np.ndarray | None = None) -> tuple[Box, Box]:
+                    optional: np.ndarray | None = None, tied: np.ndarray | None = None) -> tuple[Box, Box]:
         """As :meth:`FixedArithmetic.row_weights`, for torch's softmax: m = max (the target),
         e_j = exp(l_j - m) rounded, Z = sum e (any order), w_j = e_j / Z rounded; an optional key's
-        term lies in [0, e_j] (absent, or present). Reduced dtypes: all of it in float32 (torch's CPU
-        softmax kernel), the weights rounded to the dtype."""
+        term lies in [0, e_j] (absent, or present). A tied level's keys lie in the target's box, so
+        l_j - m lies in [lo - hi, 0] (the maximum is one of them, its term exactly 1). Reduced dtypes:
+        all of it in float32 (torch's CPU softmax kernel), the weights rounded to the dtype."""
         if self.inner is not None:
-            w_t, w_l = self.inner.row_weights(target, levels, counts, optional)
+            w_t, w_l = self.inner.row_weights(target, levels, counts, optional, tied)
             return self._stored(w_t), self._stored(w_l)
         counts, optional = _row_counts(counts, optional)
         present = (counts + optional) > 0
-        if np.any(present & ~(np.asarray(target.lo)[:, None] > np.asarray(levels.hi))):
+        free = present if tied is None else present & ~np.broadcast_to(np.asarray(tied, dtype=bool), present.shape)
+        if np.any(free & ~(np.asarray(target.lo)[:, None] > np.asarray(levels.hi))):
             raise ValueError("row_weights: the target is not the strict maximum of every row")
         d = self.sub(levels, Box(np.asarray(target.hi)[:, None], np.asarray(target.lo)[:, None]))
         d = Box(np.minimum(d.lo, 0.0), np.minimum(d.hi, 0.0))  # l_j - m <= 0 and it rounds to <= 0

@@ -202,12 +202,12 @@ def test_every_builder_parameter_is_documented_and_an_option():
 
 
 def test_option_conversions():
-    kw = builder_kwargs("cnf", {"n": "2^4", "clauses": "1,-2;3", "max_inner": "0.25", "eta": "one-hot",
+    kw = builder_kwargs(registry.get("cnf"), {"n": "2^4", "clauses": "1,-2;3", "max_inner": "0.25", "eta": "one-hot",
                                 "precision": "paper:kc=2", "code_seed": "3"})
     assert kw == {"n": 16, "clauses": [[1, -2], [3]], "max_inner": Fraction(1, 4), "eta": "one-hot",
                   "precision": xf.parse_format("paper:n=16,kc=2"), "seed": 3}
-    assert builder_kwargs("equality", {"n": "8", "eta": "3/2"})["eta"] == Fraction(3, 2)
-    assert builder_kwargs("threshold", {"n": "8", "features": "[[1, 2]]", "g": "0110"})["features"] == [[1, 2]]
+    assert builder_kwargs(registry.get("equality"), {"n": "8", "eta": "3/2"})["eta"] == Fraction(3, 2)
+    assert builder_kwargs(registry.get("threshold"), {"n": "8", "features": "[[1, 2]]", "g": "0110"})["features"] == [[1, 2]]
 
 
 def test_find_min_precision_table_and_json():

@@ -43,6 +43,7 @@ def test_the_generated_blocks_must_all_be_there():
 
 @pytest.mark.parametrize("block,command", [
     ("verify-options", ["verify"]),  # `verify --help` showed none of them before
+    ("module-options", ["build"]),
     ("find-min-options", ["verify", "equality"]),
     ("verify-all-options", ["verify", "all"]),
     ("build-options", ["build", "equality"]),

@@ -41,7 +41,8 @@ def offences(text: str) -> list[str]:
 def _doc_files() -> list[Path]:
     docs = ROOT / "docs"
     return [ROOT / "README.md", *sorted(docs.rglob("*.md")), *sorted((docs / "figures").glob("*.csv")),
-            *sorted((docs / "figures").glob("*.json")), *sorted((docs / "examples").glob("*"))]
+            *sorted((docs / "figures").glob("*.json")),
+            *sorted(p for p in (docs / "examples").rglob("*") if p.is_file() and "__pycache__" not in p.parts)]
 
 
 @pytest.mark.parametrize("path", _doc_files(), ids=lambda p: str(p.relative_to(ROOT)))

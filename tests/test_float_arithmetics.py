@@ -301,7 +301,7 @@ def test_vacuous_float_rows_prove_nothing_and_never_raise():
 def test_a_readout_whose_logit_overflows_is_unproven_with_its_margin():
     """A float16 readout whose logits overflow to infinity: 'unproven' naming the margin -inf (the
     message's Fraction of -inf was an internal error that ended the frontier's float16 chains)."""
-    from exactformer.constructions.blocks.base import Unproven
+    from exactformer.constructions.core.proof import Unproven
     from exactformer.precision.boxes import Box, FloatArithmetic
     from exactformer.verify.certify.layers import readout_table
     arith = FloatArithmetic("float16")

@@ -28,7 +28,8 @@ from exactformer.constructions.core import registry
 from exactformer.constructions.core.ir import CompiledModel, IRError, ModelIR, fixed_point_only_heads
 from exactformer.constructions.core.task import EXHAUSTIVE_LIMIT, MODES, Batch, Task, count_log2, format_count, inputs_phrase
 from exactformer.precision import NO_CUDA, Format, cuda_available, float_format, parse_format
-from exactformer.verify.certify.composed import certify
+from exactformer.verify.certify.composed import SEARCH_SECONDS, certify
+from exactformer.verify.errors import VerifyError
 from exactformer.verify.executor.exact import run
 
 DEFAULT_SAMPLES = 1000  # sample mode's random inputs (plus as many adversarial ones) when none are given
@@ -43,16 +44,6 @@ COUNTS_MEANING = {
     "underflows": "nonzero exact results that rounded to 0 -- expected wherever a construction relies on "
                   "small attention weights rounding away; they are not errors (the verdict is the answers)",
 }
-
-
-class VerifyError(ValueError):
-    """A bad argument to :func:`verify` (a mode the construction does not have, a sample count, an
-    exhaustive run over the limit ...): ``parameter`` is its name, ``reason`` what it allows;
-    ``str(e)`` is ``"<parameter>: <reason>"``."""
-
-    def __init__(self, parameter: str, reason: str):
-        super().__init__(f"{parameter}: {reason}")
-        self.parameter, self.reason = parameter, reason
 
 
 @dataclass
@@ -169,10 +160,17 @@ def check_batches(model: CompiledModel, fmt: Format, batches: Iterable[Batch], d
 
 
 def _plain(v: Any) -> Any:
-    """A truth or an answer as plain JSON-able values."""
+    """A truth or an answer as plain JSON-able values, exactly: integers and booleans as themselves,
+    a float as itself, a Fraction as its text ("1/2"; never rounded to an integer)."""
     if isinstance(v, (list, tuple, np.ndarray)):
         return [_plain(x) for x in v]
-    return None if v is None else int(v)
+    if isinstance(v, np.generic):
+        v = v.item()
+    if v is None or isinstance(v, (bool, int, float, str)):
+        return v
+    if isinstance(v, Fraction):
+        return v.numerator if v.denominator == 1 else f"{v.numerator}/{v.denominator}"
+    return str(v)
 
 
 def counterexample_runner(fmt: Format, device: str = "cpu", arithmetic: str = "fixed") -> Callable[[CompiledModel, Batch], dict | None]:
@@ -246,6 +244,15 @@ def check_fmt(fmt: Format | str | None) -> Format | None:
     if fmt is not None and not isinstance(fmt, Format):
         raise VerifyError("fmt", f"must be a number format or its name, got {type(fmt).__name__}")
     return fmt
+
+
+def check_search_seconds(seconds: Any) -> float:
+    """The counterexample search's time budget in seconds: a number >= 0 (None: the default)."""
+    if seconds is None:
+        return SEARCH_SECONDS
+    if isinstance(seconds, bool) or not isinstance(seconds, (int, float, Fraction)) or not 0 <= seconds < float("inf"):
+        raise VerifyError("search_seconds", f"must be a number of seconds >= 0, got {seconds!r}")
+    return float(seconds)
 
 
 def check_sharding(mode: str | None, workers: Any, scheduler: Any) -> bool:
@@ -359,7 +366,7 @@ def choose_mode(task: Task, model: CompiledModel, mode: str | None, sharded: boo
 def verify(model: Any, mode: str | None = None, fmt: Format | str | None = None, samples: int | None = None,
            seed: int | None = None, device: str = "cpu", progress: Callable[[int], None] | None = None,
            phase: Callable[[str], None] | None = None, arithmetic: str = "fixed", workers: int | None = None,
-           scheduler: str | None = None) -> Report:
+           scheduler: str | None = None, search_seconds: float | None = None) -> Report:
     """Verify ``model`` under ``fmt`` (default: the precision it was built for).
 
     ``mode``: "certify" (a proof for all inputs, or a counterexample), "exhaustive" (every input;
@@ -376,6 +383,8 @@ def verify(model: Any, mode: str | None = None, fmt: Format | str | None = None,
     processes, 0 for this process, or the scheduler at ``scheduler``); exhaustive then runs up to
     2^32 inputs with the single-process result, sample draws its inputs per shard (seeds from
     ``seed`` and the shard, the same for any number of workers).
+    ``search_seconds``: the time budget of certify's counterexample search when a proof step fails
+    (default :data:`~exactformer.verify.certify.composed.SEARCH_SECONDS`; the report says what it ran).
     ``progress(n)`` is called with the inputs done per batch, ``phase(name)`` with each
     certificate step (``xf.verify`` and ``m.verify`` show a bar by default:
     :func:`shown_progress`). Every bad argument raises :class:`VerifyError` naming it."""
@@ -384,6 +393,7 @@ def verify(model: Any, mode: str | None = None, fmt: Format | str | None = None,
     check_arithmetic(arithmetic)
     check_device(device)
     fmt = check_fmt(fmt)
+    budget = check_search_seconds(search_seconds)
     task = task_of(model)
     malformed = _malformed(model, task)
     if malformed is not None:
@@ -391,6 +401,8 @@ def verify(model: Any, mode: str | None = None, fmt: Format | str | None = None,
     shard = check_sharding(mode, workers, scheduler)
     mode, why = choose_mode(task, model, mode, shard, arithmetic if fmt is None or fmt.is_exact else fmt.name)
     samples, seed = check_sampling(mode, check_samples(samples), check_seed(seed))
+    if search_seconds is not None and mode != "certify":
+        raise VerifyError("search_seconds", f"only with mode certify (this run's mode is {mode}: {COVERS[mode]})")
     count = task.count(model)
     extra = dict(mode_reason=why, samples=samples if mode == "sample" else None,
                  input_count=format_count(count, model.n), input_count_log2=count_log2(count))
@@ -410,7 +422,7 @@ def verify(model: Any, mode: str | None = None, fmt: Format | str | None = None,
     if mode == "certify":
         cert = certify(model, fmt, task, device=device,
                        run_candidates=counterexample_runner(fmt, device, arithmetic), progress=phase,
-                       arithmetic=arithmetic)
+                       arithmetic=arithmetic, search_seconds=budget)
         return Report(**base, passed=cert.passed, inputs_covered="all" if cert.passed else 0,
                       seconds=time.perf_counter() - t0,
                       min_margin=None if cert.min_margin is None else str(cert.min_margin),
@@ -419,7 +431,8 @@ def verify(model: Any, mode: str | None = None, fmt: Format | str | None = None,
         from exactformer.verify.distributed.shards import sharded  # dask is imported here, when asked for
 
         covered, cex, min_margin, counts, how = sharded(model, fmt, mode, samples, seed, device, arithmetic, workers,
-                                                        scheduler, progress)
+                                                        scheduler, progress, task=task,
+                                                        check=check_batches)
         reason = "counterexample found" if cex else (
             f"all inputs correct, run {how}" if mode == "exhaustive" else
             f"{covered} inputs correct ({samples} sampled and as many adversarial, {how})")

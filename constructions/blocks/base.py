@@ -1,8 +1,10 @@
 """What every block is: weights on named slots, a sufficient condition, a local certificate.
 
 A block is a small frozen dataclass of parameters (slot names, scales), so a model's plan can be
-saved and read back (:meth:`Block.to_json`, :meth:`Block.from_fields`; the table of every block by
-name is :data:`exactformer.constructions.blocks.BLOCKS`, written out, not filled by imports). The
+saved and read back (:meth:`Block.to_json`, :meth:`Block.from_fields`). Every block class is
+registered by the decorator :func:`block` in the table :data:`BLOCKS` (by class name): the package's
+blocks when :mod:`exactformer.constructions.blocks` is imported, a user's block when its module is
+(the saved manifest records that module; ``xf.load`` imports it only where the caller allows). The
 interface is declared here: a :class:`HeadBlock` owns one attention head and has a local certificate
 (:meth:`HeadBlock.certify_head`), an :class:`MLPBlock` owns MLP units (certified from the weights by
 the exact MLP image), a :class:`ReadoutBlock` writes the unembedding. Blocks add their weights
@@ -15,31 +17,69 @@ parameters as facts) and either returns what it proves or raises :class:`Unprove
 from __future__ import annotations
 
 import dataclasses
+import types
 import typing
 from abc import ABC, abstractmethod
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any, ClassVar
 
 import numpy as np
 
-from exactformer.precision.boxes import Arithmetic, Box
+from exactformer.constructions.core.builder import naming_block
+from exactformer.constructions.core.proof import CertContext
+from exactformer.precision.boxes import Box
 
 
-class Unproven(Exception):
-    """A proof step failed. ``hint`` tells the counterexample search which inputs to try."""
+class BlockError(TypeError):
+    """A block class that cannot be registered (not a frozen dataclass deriving from Block, or a
+    name another module registered); the message names the class."""
 
-    def __init__(self, reason: str, hint: dict | None = None):
-        super().__init__(reason)
-        self.reason = reason
-        self.hint = hint or {}
+
+#: every registered block class by its name (:func:`block`); a saved plan names its blocks by it
+BLOCKS: dict[str, type["Block"]] = {}
+
+
+def block(cls: type) -> type:
+    """Class decorator: register a block class under its name in :data:`BLOCKS`, so that a saved
+    plan naming it loads. The class must derive from :class:`HeadBlock`, :class:`MLPBlock` or
+    :class:`ReadoutBlock` and be a frozen dataclass (its fields are what is saved). A name is
+    registered by one module (re-running that module registers it anew)."""
+    if not (isinstance(cls, type) and issubclass(cls, Block)):
+        raise BlockError(f"@block: {getattr(cls, '__name__', cls)!r} is not a Block subclass (derive from HeadBlock, "
+                         "MLPBlock or ReadoutBlock)")
+    params = getattr(cls, "__dataclass_params__", None)
+    if "__dataclass_fields__" not in cls.__dict__ or params is None or not params.frozen:
+        raise BlockError(f"@block: {cls.__name__} must be a frozen dataclass (put @block above @dataclass(frozen=True))")
+    known = BLOCKS.get(cls.__name__)
+    if known is not None and (known.__module__, known.__qualname__) != (cls.__module__, cls.__qualname__):
+        raise BlockError(f"@block: a block named {cls.__name__!r} is already registered by {known.__module__}; "
+                         f"{cls.__module__}.{cls.__qualname__} must use another name")
+    BLOCKS[cls.__name__] = cls
+    return cls
 
 
 @dataclass(frozen=True)
 class Block(ABC):
-    """Base of every block. ``kind`` is where its weights sit: "head", "mlp" or "unembed"."""
+    """Base of every block. ``kind`` is where its weights sit: "head", "mlp" or "unembed".
+
+    Every subclass's ``emit`` reports an error naming the block and its layer
+    (:func:`~exactformer.constructions.core.builder.naming_block`)."""
 
     kind: ClassVar[str] = ""
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "emit" in cls.__dict__ and not getattr(cls.__dict__["emit"], "__wrapped__", None):
+            cls.emit = naming_block(cls.__dict__["emit"])
+
+    def design(self, fmt: Any, mb: Any) -> "Block | None":
+        """This block for the format ``fmt`` (a :class:`~exactformer.precision.Format`), given the
+        model builder ``mb`` it is placed in: with the parameters it leaves to the build chosen (a
+        block whose ``emit`` deferred itself, :meth:`ModelBuilder.defer`), or None where its
+        sufficient condition fails in ``fmt`` (the build then tries another format). The default:
+        no condition on the format, itself."""
+        return self
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"block": type(self).__name__}
@@ -141,6 +181,30 @@ class ReadoutBlock(Block):
         """Add the unembedding to ``mb``."""
 
 
+def paired_slots(block: Any) -> None:
+    """A frozen block's ``value`` and ``out`` as tuples of slot names (a name alone is a tuple of
+    one), paired one to one (its ``__post_init__``)."""
+    for name in ("value", "out"):
+        if isinstance(getattr(block, name), str):
+            object.__setattr__(block, name, (getattr(block, name),))
+    if len(block.value) != len(block.out):
+        raise ValueError(f"{type(block).__name__}: value {block.value} and out {block.out} must pair slots one to one")
+
+
+def copied_through(mb: Any, value: tuple[str, ...], out: tuple[str, ...], d_head: int) -> tuple[list, list]:
+    """A head's V and O pieces copying the slots ``value`` to the slots ``out`` through head dims
+    0, 1, ... (identities); the paired slots must have the same widths."""
+    V, O, d0 = [], [], 0
+    for s_in, s_out in zip(value, out):
+        n = mb.layout.width(s_in)
+        if mb.layout.width(s_out) != n:
+            raise ValueError(f"value slot {s_in!r} has width {n}, out slot {s_out!r} {mb.layout.width(s_out)}")
+        V.append((s_in, np.eye(n, d_head, d0, dtype=np.int64)))
+        O.append((s_out, np.eye(d_head, n, -d0, dtype=np.int64)))
+        d0 += n
+    return V, O
+
+
 def _to_json(v: Any) -> Any:
     if isinstance(v, Fraction):
         return str(v)
@@ -155,38 +219,10 @@ def _from_json(v: Any, hint: Any) -> Any:
     if hint is Fraction:
         return Fraction(v)
     origin = typing.get_origin(hint)
+    if v is not None and (origin is typing.Union or isinstance(hint, types.UnionType)) and Fraction in typing.get_args(hint):
+        return Fraction(v)  # Fraction | None
     if origin is tuple or (isinstance(v, list) and hint is not None):
         args = typing.get_args(hint)
         inner = args[0] if args else None
         return tuple(_from_json(x, inner) for x in v)
     return v
-
-
-@dataclass
-class CertContext:
-    """What local certificates read: the model, its raw weights in the arithmetic, slot columns,
-    the token domain of every position, and a details dict for the report."""
-
-    model: Any
-    arith: Arithmetic
-    W: dict[str, np.ndarray]
-    domains: Any  # exactformer.constructions.core.task.Domains
-    T: int
-    device: str = "cpu"
-    details: dict[str, Any] = field(default_factory=dict)
-    written: list[np.ndarray] = field(default_factory=list)  # per layer: columns earlier layers write
-
-    def slot(self, name: str) -> np.ndarray:
-        """The residual columns of slot ``name`` (the layout is a witness: the local certificates check
-        the weights on these columns; a slot it does not have is Unproven)."""
-        if name not in self.model.layout:
-            raise Unproven(f"the plan names slot {name!r}, which the model's layout does not have "
-                           f"(slots: {', '.join(sorted(self.model.layout))})")
-        start, width = self.model.layout[name]
-        if not (0 <= start and 0 <= width and start + width <= self.model.d_model):
-            raise Unproven(f"layout[{name!r}] = [{start}, {width}] does not fit d_model = {self.model.d_model}")
-        return np.arange(start, start + width)
-
-    def head_weights(self, layer: int, head: int) -> dict[str, np.ndarray]:
-        p = f"blocks.{layer}.attn."
-        return {w: self.W[p + w][head] for w in ("W_Q", "W_K", "W_V", "W_O", "b_Q", "b_K", "b_V")}

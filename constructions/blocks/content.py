@@ -45,7 +45,8 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from exactformer.constructions.blocks.base import CertContext, ViewHead, MLPBlock, Unproven
+from exactformer.constructions.blocks.base import block, MLPBlock, ViewHead
+from exactformer.constructions.core.proof import CertContext, Unproven
 from exactformer.constructions.blocks.retrieve import (RetrieveByPosition, CodeSource, CodeSide, key_runs, logit_form, retrieval_rows,
                                                       unit_product)
 from exactformer.constructions.codes.products import CodeWorkError, histograms, pair_inner, same_generator
@@ -64,6 +65,7 @@ CODE_AXIS = True
 # ------------------------------------------------------------------------------------------------
 
 
+@block
 @dataclass(frozen=True)
 class SignClip(MLPBlock):
     """``out = clip(inp, -1, 1)`` per coordinate: exactly the sign for |inp| >= 1 (P1 App. G.2's sigma)."""
@@ -93,6 +95,7 @@ class _DerivedHead(ViewHead):
         return np.zeros(model.d_model, dtype=bool)
 
 
+@block
 @dataclass(frozen=True)
 class RetrieveNearest(_DerivedHead):
     """Theorem 7's first layer (P1 App. G.2, reconstructed in docs/nearest-neighbor.md)::
@@ -180,6 +183,7 @@ class RetrieveNearest(_DerivedHead):
                        where, {"upper": upper, "counts": counts})
 
 
+@block
 @dataclass(frozen=True)
 class RetrieveByMatch(_DerivedHead):
     """Associative recall's first layer (the lean MQAR construction, docs/nearest-neighbor.md)::
@@ -254,6 +258,7 @@ class RetrieveByMatch(_DerivedHead):
                        {"upper": upper, "counts": counts})
 
 
+@block
 @dataclass(frozen=True)
 class RetrieveByAddress(RetrieveByPosition):
     """:class:`RetrieveByPosition` whose query code an earlier layer wrote (Theorem 7's second layer:

@@ -45,7 +45,8 @@ from fractions import Fraction
 from typing import Any, ClassVar
 
 import numpy as np
-from exactformer.constructions.blocks.base import CertContext, ViewHead, MLPBlock, Unproven
+from exactformer.constructions.blocks.base import block, MLPBlock, ViewHead
+from exactformer.constructions.core.proof import CertContext, Unproven
 from exactformer.constructions.core.ir import IRError
 from exactformer.constructions.design.precision_search import smallest_grid_eta
 from exactformer.constructions.core.views import (
@@ -75,6 +76,7 @@ def ema_weight(fmt: Format, count: Any) -> Any:
     return int(w) if w.ndim == 0 else w
 
 
+@block
 @dataclass(frozen=True)
 class MatchHead(ViewHead):
     """One softmax head computing EMA over the codes in slots ``query`` / ``key`` (see the module
@@ -190,6 +192,7 @@ class MatchHead(ViewHead):
         return out
 
 
+@block
 @dataclass(frozen=True)
 class MatchIndicator(MLPBlock):
     """``out = relu(2z) - relu(2z - 1)`` on the one-column slot ``inp``: 0 for z <= 0, 1 for

@@ -28,11 +28,12 @@ from typing import Any
 
 import numpy as np
 
-from exactformer.constructions.blocks.base import MLPBlock
+from exactformer.constructions.blocks.base import block, MLPBlock
 from exactformer.constructions.core.views import unique_rows
 from exactformer.precision.boxes import Arithmetic, Box, FloatArithmetic
 
 
+@block
 @dataclass(frozen=True)
 class BitThreshold(MLPBlock):
     """Bits of ``inp`` thresholded at 1/2 into ``out`` (tolerates |z - bit| <= 1/4)."""
@@ -52,6 +53,7 @@ class BitThreshold(MLPBlock):
         mb.mlp(self, layer, W_in=[(self.inp, W_in)], b_in=b_in, W_out=[(self.out, W_out)], n_units=2 * m)
 
 
+@block
 @dataclass(frozen=True)
 class XorMLP(MLPBlock):
     """``out = [a != b]`` for a, b in {-1, 1} (tolerates |a - b| error <= 1/2 around 0 and 2)."""
@@ -66,6 +68,7 @@ class XorMLP(MLPBlock):
                b_in=(np.array([-1, -2, -1, -2]), 2), W_out=[(self.out, np.array([[2], [-2], [2], [-2]]))], n_units=4)
 
 
+@block
 @dataclass(frozen=True)
 class PatternMLP(MLPBlock):
     """Feature values g(y_1 .. y_r) of several function types (thresholds of k-sparse features).

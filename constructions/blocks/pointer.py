@@ -40,7 +40,8 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from exactformer.constructions.blocks.base import MLPBlock, PointerHead, ReadoutBlock, Unproven
+from exactformer.constructions.blocks.base import block, MLPBlock, PointerHead, ReadoutBlock
+from exactformer.constructions.core.proof import Unproven
 from exactformer.constructions.blocks.retrieve import unit_product
 from exactformer.constructions.codes.tokens import max_other_inner, token_code
 from exactformer.constructions.core.pointers import (Copy, Latest, Noisy, PointerContext, Shift, Source, backward,
@@ -56,6 +57,7 @@ from exactformer.precision.boxes import Arithmetic, Box
 # ------------------------------------------------------------------------------------------------
 
 
+@block
 @dataclass(frozen=True)
 class FollowPointer(PointerHead):
     #: the row is bounded over all T - 1 other keys, and the followed position is never after the query
@@ -122,6 +124,7 @@ class FollowPointer(PointerHead):
         return _outputs(ctx, hw, facts, w_t, w_l, counts, follow, where)
 
 
+@block
 @dataclass(frozen=True)
 class LatestMatch(PointerHead):
     #: "the latest earlier match": the later keys must be masked (a later match would win otherwise)
@@ -219,6 +222,7 @@ class LatestMatch(PointerHead):
         return _outputs(ctx, hw, facts, w_t, w_l, counts, (sigma,), where)
 
 
+@block
 @dataclass(frozen=True)
 class CleanCode(MLPBlock):
     """In place: ``out += clip(raw, -1, 1) - out``, ``raw -= raw`` (ReLUs of weight +-1)."""
@@ -237,6 +241,7 @@ class CleanCode(MLPBlock):
         mb.b_out(layer, self.out, -np.ones(w, np.int64))
 
 
+@block
 @dataclass(frozen=True)
 class CodeReadout(ReadoutBlock):
     """Logits <code(answer), x> on ``slot`` for the token code of ``alphabet`` symbols and bottom."""

@@ -37,37 +37,58 @@ Local certificate (:meth:`RetrieveByPosition.certify_head`), from the model's ow
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from fractions import Fraction
 from typing import Any
 
 import numpy as np
 
-from exactformer.constructions.blocks.base import CertContext, ViewHead, Unproven
+from exactformer.constructions.blocks.base import block, copied_through, paired_slots, ViewHead
+from exactformer.constructions.core.proof import CertContext, Unproven
 from exactformer.constructions.codes.products import CodeWorkError, histograms, pair_inner, resolve, same_generator
 from exactformer.constructions.codes.weights import CodeAlgebraError, RowCounts, algebra_of
 from exactformer.constructions.core import runs
+from exactformer.constructions.design.precision_search import arithmetics_for, smallest_grid_eta
 from exactformer.constructions.core.views import Box, Group, State, unique_rows
 from exactformer.constructions.core.views_ops import head_output, import_target, value_tables
+from exactformer.precision import FixedPoint
 
 
+@block
 @dataclass(frozen=True)
 class RetrieveByPosition(ViewHead):
+    """The value at the position whose key code matches the query code (module docstring).
+
+    ``query`` / ``key``: the code slots (filled by position-code blocks of the same code: the key's
+    by the positional embedding); ``value`` -> ``out``: the slots copied (a slot name or a tuple of
+    them, pairwise); ``eta``: the scale (None: the smallest grid value that meets the sufficient
+    condition, chosen with the format at build, :meth:`design`); ``gram``: the codes' inner-product
+    scale (None: the key code's); ``offset``: a per-row constant key bias."""
+
     query: str
     key: str
     value: tuple[str, ...]
     out: tuple[str, ...]
-    eta: Fraction
-    gram: Fraction  # <T(i), T(j)> = gram * <num(i), num(j)>: 1/k for sign codes, 1 for one-hot
+    eta: Fraction | None = None
+    gram: Fraction | None = None  # <T(i), T(j)> = gram * <num(i), num(j)>: 1/k for sign codes, 1 for one-hot
     offset: Fraction = Fraction(0)
 
     reads_codes = True  # its queries and keys are derived from code columns, not from views
+    #: what the value read may be off by (the tolerance of BitThreshold, which reads it in the constructions)
+    TOLERANCE = Fraction(1, 4)
 
-    def emit(self, mb: Any, layer: int) -> int:
+    def __post_init__(self) -> None:
+        paired_slots(self)
+
+    def emit(self, mb: Any, layer: int) -> int | None:
         k = mb.layout[self.query].size
-        w = sum(mb.layout[s].size for s in self.value)
+        if mb.layout[self.key].size != k:
+            raise ValueError(f"query slot {self.query!r} has width {k}, key slot {self.key!r} {mb.layout[self.key].size}")
         extra = 1 if self.offset else 0
-        dh = max(k + extra, w, 1)
+        dh = max(k + extra, sum(mb.layout.width(s) for s in self.value), 1)
+        V, O = copied_through(mb, self.value, self.out, dh)
+        if self.eta is None or self.gram is None:
+            return mb.defer(self, layer)  # placed by the build once the format (and eta) is chosen
         q = self.eta * self.gram
         Q = [(self.query, (np.eye(k, dh, dtype=np.int64) * q.numerator, q.denominator))]
         K = [(self.key, np.eye(k, dh, dtype=np.int64))]
@@ -76,13 +97,27 @@ class RetrieveByPosition(ViewHead):
             b_Q = np.array([Fraction(0)] * dh, dtype=object)
             b_K = np.array([Fraction(0)] * dh, dtype=object)
             b_Q[k], b_K[k] = self.eta, self.offset
-        V, O, d0 = [], [], 0
-        for s_in, s_out in zip(self.value, self.out):
-            n = mb.layout[s_in].size
-            V.append((s_in, np.eye(n, dh, d0, dtype=np.int64)))
-            O.append((s_out, np.eye(dh, n, -d0, dtype=np.int64)))
-            d0 += n
         return mb.head(self, layer, dh, Q=Q, K=K, V=V, O=O, b_Q=b_Q, b_K=b_K)
+
+    def design(self, fmt: Any, mb: Any) -> "RetrieveByPosition | None":
+        """The retrieval for format ``fmt``: the sufficient condition (:meth:`selects`: the target keeps
+        at least 1 - :data:`TOLERANCE` of the weight, the other keys at most :data:`TOLERANCE`, in
+        every row of ``mb.n_ctx`` keys that the key code's bound mu allows) in the format and in real,
+        float64 and float32 arithmetic, so the model is right wherever it runs; eta the smallest grid
+        value that meets it (a given eta is checked), gram the key code's. None where none does."""
+        code = mb.code_of(self.key)
+        gram = Fraction(code.gram_scale) if self.gram is None else self.gram
+        mu = Fraction(code.bound if code.bound is not None else (code.certificate or code.certify()).max_inner)
+        ariths = arithmetics_for(fmt, True)
+
+        def holds(e: Fraction) -> bool:
+            return self.selects(ariths, e, mu, mb.n_ctx, gram, self.offset, tol=self.TOLERANCE)
+
+        if self.eta is not None:
+            return replace(self, gram=gram) if holds(self.eta) else None
+        grid = fmt if fmt.is_exact else FixedPoint.binary(16, 16)
+        eta = smallest_grid_eta(grid, grid.step / gram if fmt.is_exact else Fraction(1, 4), holds)
+        return None if eta is None else replace(self, eta=eta, gram=gram)
 
     # ---- the sufficient condition (builder side) ---------------------------------------------------
     @staticmethod

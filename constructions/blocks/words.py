@@ -36,7 +36,7 @@ from typing import Any
 
 import numpy as np
 
-from exactformer.constructions.blocks.base import MLPBlock
+from exactformer.constructions.blocks.base import block, MLPBlock
 from exactformer.constructions.core.ir import IRError
 
 
@@ -45,6 +45,7 @@ def word_slots(name: str) -> tuple[str, str]:
     return f"{name}.ok", f"{name}.bits"
 
 
+@block
 @dataclass(frozen=True)
 class WordSum(MLPBlock):
     """``out`` = (Σ ``terms``) mod 2^p where every gate is on, else ⊥ (see the module docstring).

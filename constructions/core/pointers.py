@@ -33,7 +33,7 @@ from typing import Any, Union
 
 import numpy as np
 
-from exactformer.constructions.blocks.base import CertContext, Unproven
+from exactformer.constructions.core.proof import CertContext, Unproven
 from exactformer.constructions.core.spec import Spec
 from exactformer.precision.boxes import Box
 

@@ -14,21 +14,35 @@ signature and docstring), ``verify all``, the verifier and the certificate (the 
 tables (``sizes``: the rows to build, or the reason there are none) and the claims set beside them
 (``claim``), the state tests (``example``: a small build). The constructions of the two papers are
 the modules of :mod:`exactformer.constructions.theorems` (one module per theorem), imported when the
-registry is first read; a construction defined elsewhere registers when its module is imported.
+registry is first read, with the modules that installed packages name in the entry-point group
+:data:`ENTRY_POINTS` (``[project.entry-points."exactformer.constructions"]``). A construction defined
+elsewhere -- a researcher's own module -- registers with the same decorator when its module is
+imported (:func:`import_code` imports one by name or file: the command line's ``--module``); the
+saved manifest records that module, and :func:`exactformer.api.load` imports it again only when the
+caller allows it (``trust_code``). A name is registered by one module: registering it from another
+is refused (re-running the same module, as a notebook does, registers it anew).
 
 Order: paper 1 before paper 2, then by theorem number (read from ``theorem``), then by registration.
 """
 
 from __future__ import annotations
 
+import functools
 import importlib
+import importlib.metadata
+import importlib.util
 import inspect
 import itertools
 import pkgutil
 import re
+import sys
+import warnings
+from pathlib import Path
+from types import ModuleType
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from exactformer.constructions.core.builder import building
 from exactformer.constructions.core.ir import CompiledModel
 from exactformer.constructions.core.task import Task
 
@@ -108,6 +122,11 @@ class Construction:
         return dict(inspect.signature(self.builder).parameters)
 
     @property
+    def module(self) -> str:
+        """The module that defines the builder (and registered it)."""
+        return self.builder.__module__
+
+    @property
     def sort_key(self) -> tuple:
         """(paper, theorem number, registration order): "P2 Thm 5.4" -> (2, (5, 4), ...)."""
         m = re.search(r"Thm (\d+(?:\.\d+)*)", self.theorem)
@@ -146,11 +165,21 @@ def construction(name: str, task: type | Task, theorem: str, claim: Claim,
         raise RegistryError(f"{name}: sizes must be SizeRows, a tuple of them, or NoRows (the reason there are none)")
 
     def wrap(fn: Callable[..., CompiledModel]) -> Callable[..., CompiledModel]:
-        _REGISTRY[name] = Construction(name, fn, task() if isinstance(task, type) else task, theorem, claim,
-                                       tuple(rows), reason, dict(example or {"n": 8}), next(_COUNTER), all_max_n,
-                                       None if small is None else dict(small))
-        fn.construction_name = name  # type: ignore[attr-defined]
-        return fn
+        known = _REGISTRY.get(name)
+        if known is not None and (known.module, known.builder.__qualname__) != (fn.__module__, fn.__qualname__):
+            raise RegistryError(f"construction {name!r} is already registered by {known.module}.{known.builder.__qualname__}; "
+                                f"{fn.__module__}.{fn.__qualname__} must use another name")
+
+        @functools.wraps(fn)
+        def builder(*args: Any, **kwargs: Any) -> CompiledModel:
+            with building(entry):  # ModelBuilder.build names the model after its registration
+                return fn(*args, **kwargs)
+
+        entry = Construction(name, builder, task() if isinstance(task, type) else task, theorem, claim, tuple(rows),
+                             reason, dict(example or {"n": 8}), next(_COUNTER), all_max_n, None if small is None else dict(small))
+        _REGISTRY[name] = entry
+        builder.construction_name = name  # type: ignore[attr-defined]
+        return builder
 
     return wrap
 
@@ -174,7 +203,9 @@ def task_of(model: CompiledModel) -> Task:
 
 def _load_builtin() -> None:
     """Import every module of :mod:`exactformer.constructions.theorems` (one module per theorem, each
-    registering its constructions), so that a new construction is one new module there."""
+    registering its constructions), so that a new construction is one new module there; then the
+    modules of the entry-point group :data:`ENTRY_POINTS` (a plugin that fails to import is a
+    warning naming it, not a registry that cannot be read)."""
     if _LOADED:
         return
     _LOADED.append(True)
@@ -182,6 +213,56 @@ def _load_builtin() -> None:
 
     for info in pkgutil.iter_modules(theorems.__path__):
         importlib.import_module(f"{theorems.__name__}.{info.name}")
+    for ep in importlib.metadata.entry_points(group=ENTRY_POINTS):
+        try:
+            ep.load()
+        except Exception as e:  # a third party's module: report it, keep the registry usable
+            warnings.warn(f"entry point {ep.name} = {ep.value} (group {ENTRY_POINTS}) failed to load: "
+                          f"{type(e).__name__}: {e}", stacklevel=2)
+
+
+#: the entry-point group whose modules register constructions (a package's pyproject.toml:
+#: ``[project.entry-points."exactformer.constructions"]`` ``mine = "my_package.constructions"``)
+ENTRY_POINTS = "exactformer.constructions"
+
+
+class CodeError(ImportError):
+    """A module of constructions or blocks that cannot be imported (the message names it)."""
+
+
+def import_code(module: str, file: str | None = None) -> ModuleType:
+    """Import a module of constructions or blocks: a dotted module name, or the path of a ``.py``
+    file (imported under its stem, e.g. ``docs/examples/tutorial/copy_token.py`` as ``copy_token``).
+    ``file``: where the module was found when it was saved (tried when ``module`` does not import).
+    An error names the module and what failed (:class:`CodeError`)."""
+    path = Path(module) if module.endswith(".py") else None
+    name = path.stem if path is not None else module
+    loaded = sys.modules.get(name)
+    where = path or (Path(file) if file else None)
+    if loaded is not None and (where is None or Path(getattr(loaded, "__file__", "") or "").resolve() == where.resolve()):
+        return loaded
+    if path is None:
+        try:
+            return importlib.import_module(module)
+        except ModuleNotFoundError as e:  # the module itself (not one it imports) is not on the path: its file
+            itself = e.name is not None and (module == e.name or module.startswith(e.name + "."))
+            if not itself or where is None or not where.is_file():
+                raise CodeError(f"module {module!r} cannot be imported: {e}") from None
+        except Exception as e:
+            raise CodeError(f"module {module!r} failed to import: {type(e).__name__}: {e}") from None
+    if where is None or not where.is_file():
+        raise CodeError(f"module {module!r}: no such file {str(where)!r}")
+    spec = importlib.util.spec_from_file_location(name, where)
+    if spec is None or spec.loader is None:
+        raise CodeError(f"module {module!r}: {str(where)!r} is not a Python file")
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[name] = mod
+    try:
+        spec.loader.exec_module(mod)
+    except Exception as e:
+        sys.modules.pop(name, None)
+        raise CodeError(f"module {name!r} ({where}) failed to import: {type(e).__name__}: {e}") from None
+    return mod
 
 
 _LOADED: list[bool] = []

@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from exactformer.constructions.blocks.base import Unproven
+from exactformer.constructions.core.proof import Unproven
 from exactformer.constructions.core.spec import CountThreshold, Select
 from exactformer.constructions.core.views import broadcast, unique_rows
 from exactformer.precision.boxes import Box

@@ -2,13 +2,18 @@
 
 A task states its ground truth twice: as a function (``Task.truth``) and as a *specification* in
 the vocabulary of views, which the composed certificate can compare with what it proved about
-the model's answer (a table over the answer position's view). The tests check, for every task, that
-the specification evaluates to the ground truth on all inputs at small N.
+the model's answer (a table over the answer position's view). The framework checks the
+specification against the truth before any certificate passes
+(:mod:`exactformer.verify.certify.spec_check`). A task of one's own states its specification
+declaratively and has its tables derived from its truth (:mod:`exactformer.constructions.core.sequence`).
 
 * :class:`Select`: the answer is (the answer named by) the token at the position chosen by the
   token at the query position (Index Lookup: the p-th symbol);
 * :class:`CountThreshold`: the answer is ``[sum_i f_i > b]`` (negated if ``negate``), each feature
   f_i a 0/1 function of the tokens at a few positions (Equality, thresholds of k-sparse features);
+* :class:`CountOf`: the answer is any function of ``sum_i f_i`` (a count, an average over a set);
+* :class:`Reads`: the answer is a function of the tokens at a few fixed positions and at positions
+  that tokens point to (a copy, a function of several retrieved values);
 * :class:`ExistsMatch`: the answer at position i is ``[#{j : key(tok_j) = query(tok_i)} >= 1]``
   (Match2, P2 Def. 5.1: does some token pair with this one);
 * :class:`Automaton`: the answer after the last token is whether a finite automaton accepts the
@@ -26,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from exactformer.constructions.blocks.base import Unproven
+from exactformer.constructions.core.proof import Unproven
 from exactformer.constructions.core.views import Group
 
 
@@ -99,18 +104,19 @@ class Select(Spec):
 
 
 @dataclass
-class CountThreshold(Spec):
-    """``answer = [S > b]`` (negated if ``negate``), S = the number of features equal to 1.
+class _Counted(Spec):
+    """What :class:`CountThreshold` and :class:`CountOf` share: the answer at ``answer_position`` is
+    a function of S, the number of features equal to 1.
 
     ``features``: batches (positions [M, r], table): M features, each the 0/1 function ``table``
     (r axes over the domains' indices) of the tokens at its row of positions."""
 
     answer_position: int
     features: list[tuple[np.ndarray, np.ndarray]]
-    b: int
-    negate: bool
-    answer_index: tuple[int, int]  # answer index of "false", "true"
-    values: tuple = (0, 1)  # the answer each index names
+
+    @abstractmethod
+    def index_of(self, S: np.ndarray) -> np.ndarray:
+        """The answer index for counts ``S``."""
 
     def positions(self, T: int) -> np.ndarray:
         return np.array([self.answer_position], dtype=np.int64)
@@ -124,13 +130,12 @@ class CountThreshold(Spec):
         for positions, table in self.features:
             for row in np.asarray(positions):
                 S += np.asarray(table)[tuple(np.searchsorted(domains[int(p)], t[:, int(p)]) for p in row)]
-        truth = (S > self.b) != self.negate
-        return np.where(truth, self.answer_index[1], self.answer_index[0])
+        return self.index_of(S)
 
     def check(self, group: Group, answer: np.ndarray, domains: Any) -> None:
         counts = [i for i, v in enumerate(group.vars) if v.kind == "count"]
         if len(counts) != 1:
-            raise Unproven("the answer is not a threshold of a count (no count variable in its view)")
+            raise Unproven("the answer is not a function of a count (no count variable in its view)")
         ci = counts[0]
         cv = group.vars[ci]
         tables: dict[bytes, int] = {}
@@ -142,14 +147,126 @@ class CountThreshold(Spec):
                            {"positions": diff})
         # every achievable count and every assignment of the rest of the view: the task's answer
         S = cv.domain
-        truth = ((S - const_model + const_spec) > self.b) != self.negate
-        want = np.where(truth, self.answer_index[1], self.answer_index[0])
+        want = self.index_of(S - const_model + const_spec)
         got = np.take(np.moveaxis(answer, ci, -1), cv.cls, axis=-1)
         bad = np.argwhere(got != want)
         if bad.size:
             s = int(S[bad[0][-1]])
             raise Unproven(f"with {s} counted features the proved answer is {int(got[tuple(bad[0])])}, the task's is "
                            f"{int(want[bad[0][-1]])}", {"counts": [s]})
+
+
+@dataclass
+class CountThreshold(_Counted):
+    """``answer = [S > b]`` (negated if ``negate``), S = the number of features equal to 1
+    (:class:`_Counted`)."""
+
+    b: int
+    negate: bool
+    answer_index: tuple[int, int]  # answer index of "false", "true"
+    values: tuple = (0, 1)  # the answer each index names
+
+    def index_of(self, S: np.ndarray) -> np.ndarray:
+        return np.where((np.asarray(S) > self.b) != self.negate, self.answer_index[1], self.answer_index[0])
+
+
+@dataclass
+class CountOf(_Counted):
+    """``answer = answer_of_count[S]``, S = the number of features equal to 1 (:class:`_Counted`):
+    a count, an average, a majority over a set of positions. ``answer_of_count`` [max S + 1]: the
+    answer index of each count (-1: none)."""
+
+    answer_of_count: np.ndarray
+    values: tuple  # the answer each index names
+
+    def index_of(self, S: np.ndarray) -> np.ndarray:
+        S = np.asarray(S, dtype=np.int64)
+        top = len(self.answer_of_count)
+        return np.where((S >= 0) & (S < top), np.asarray(self.answer_of_count)[np.clip(S, 0, top - 1)], -1)
+
+
+@dataclass
+class Reads(Spec):
+    """At ``answer_position`` the answer is a function of the tokens at a few *reads*: a read is a
+    position (``("tok", p)``: the token at p) or a pointer (``("ptr", q, pointer)``: the token at
+    position ``pointer[u]``, u the token at q; ``pointer`` [d_vocab], -1 where u names no position).
+    ``axes[i]``: the token ids read i may hold (sorted); ``table`` [len(axes[0]), len(axes[1]), ...]:
+    the answer index for every combination (-1: none).
+
+    ``check`` finds every read among the view's variables (a token variable at p; a pointer variable
+    based on the token at q that looks up ``pointer`` of every token its base allows), requires the
+    proved answer to depend on nothing else, and compares it with ``table`` on every combination the
+    variables' domains allow."""
+
+    answer_position: int
+    reads: tuple
+    axes: tuple
+    table: np.ndarray
+    values: tuple  # the answer each index names
+
+    def positions(self, T: int) -> np.ndarray:
+        return np.array([self.answer_position], dtype=np.int64)
+
+    def indices(self, tokens: Any, domains: Any) -> np.ndarray:
+        t = np.asarray(tokens, dtype=np.int64)
+        rows = np.arange(len(t))
+        idx, ok = [], np.ones(len(t), dtype=bool)
+        for read, axis in zip(self.reads, self.axes):
+            if read[0] == "tok":
+                tok = t[:, read[1]]
+            else:
+                pos = np.asarray(read[2])[t[:, read[1]]]
+                ok &= (pos >= 0) & (pos < t.shape[1])
+                tok = t[rows, np.clip(pos, 0, t.shape[1] - 1)]
+            i = np.searchsorted(axis, tok)
+            ok &= (i < len(axis)) & (np.asarray(axis)[np.minimum(i, len(axis) - 1)] == tok)
+            idx.append(np.minimum(i, len(axis) - 1))
+        out = np.asarray(self.table)[tuple(idx)] if idx else np.full(len(t), int(np.asarray(self.table)))
+        return np.where(ok, out, -1)[:, None]
+
+    def check(self, group: Group, answer: np.ndarray, domains: Any) -> None:
+        members = np.flatnonzero(group.pos == self.answer_position)
+        if members.size == 0:
+            raise Unproven(f"position {self.answer_position} is not among the answer's views")
+        m = int(members[0])
+        vars_ = group.vars
+        found = []
+        for read in self.reads:
+            if read[0] == "tok":
+                hit = [i for i, v in enumerate(vars_) if v.kind == "tok" and int(v.at[m]) == read[1]]
+                what = f"the token at position {read[1]}"
+            else:
+                hit = [i for i, v in enumerate(vars_) if v.kind == "ptr" and 0 <= v.base < len(vars_)
+                       and vars_[v.base].kind == "tok" and int(vars_[v.base].at[m]) == read[1]
+                       and np.array_equal(v.at[m], np.asarray(read[2])[vars_[v.base].domain])]
+                what = f"the token at the position the token at {read[1]} names"
+            if len(hit) != 1:
+                raise Unproven(f"at position {self.answer_position} the answer does not read {what} (no such variable "
+                               "in its view)", {"positions": [int(read[1])]})
+            found.append(hit[0])
+        for i in range(len(vars_)):  # nothing else may change the answer
+            if i not in found and np.any(np.ptp(answer, axis=i) != 0):
+                v = vars_[i]
+                raise Unproven(f"at position {self.answer_position} the answer depends on a {v.kind} variable the "
+                               "task's answer does not read", {"positions": [int(v.at[m])] if v.kind == "tok" else []})
+        got = np.moveaxis(answer, found, list(range(len(found))))
+        got = got.reshape(got.shape[:len(found)] + (-1,))[..., 0]
+        for ax, i in enumerate(found):  # over domain values instead of classes
+            got = np.take(got, vars_[i].cls, axis=ax)
+        pick = []
+        for ax, i in enumerate(found):
+            dom, axis = vars_[i].domain, np.asarray(self.axes[ax])
+            j = np.searchsorted(axis, dom)
+            if np.any(j >= len(axis)) or np.any(axis[np.minimum(j, len(axis) - 1)] != dom):
+                raise Unproven(f"at position {self.answer_position}: read {ax} may hold tokens the task's table does not "
+                               "cover")
+            pick.append(j)
+        want = np.asarray(self.table)[np.ix_(*pick)] if pick else np.asarray(self.table)
+        bad = np.argwhere(got != want)
+        if bad.size:
+            combo = {f"read {ax}": int(vars_[i].domain[bad[0][ax]]) for ax, i in enumerate(found)}
+            raise Unproven(f"at position {self.answer_position} with tokens {combo} the proved answer is "
+                           f"{int(got[tuple(bad[0])])}, the task's is {int(want[tuple(bad[0])])}")
 
 
 def _canonical_batches(batches: list[tuple[np.ndarray, np.ndarray]], tables: dict[bytes, int]) -> tuple[np.ndarray, int]:

@@ -350,7 +350,8 @@ class Task(ABC):
         return [list(range(len(examples)))]
 
     def batch(self, model: Any, *arrays: np.ndarray, kind: str = "") -> Batch:
-        return Batch(tuple(arrays), self.encode_arrays(model, *arrays), self.truth(model, *arrays), kind)
+        """The inputs held as ``arrays``, their tokens and their truth (as an array: a truth may be a list)."""
+        return Batch(tuple(arrays), self.encode_arrays(model, *arrays), np.asarray(self.truth(model, *arrays)), kind)
 
     def encode(self, model: Any, example: Any) -> np.ndarray:
         return self.encode_arrays(model, *self.to_arrays(model, [example]))[0]
@@ -381,10 +382,17 @@ class Task(ABC):
         them (the search is then complete: a wrong answer is found wherever there is one), else
         planted from ``hint`` first (subclasses), then adversarial, then sampled (seeded)."""
         if self.count(model) <= count:
-            yield from self.exhaustive(model)
+            yield from _named(self.exhaustive(model), "every input")
             return
-        yield from self.adversarial(model, count, seed=1)
-        yield from self.sample(model, count, seed=2)
+        yield from _named(self.adversarial(model, count, seed=1), "adversarial")
+        yield from _named(self.sample(model, count, seed=2), "sampled")
+
+
+def _named(batches: Iterator[Batch], kind: str) -> Iterator[Batch]:
+    """``batches`` with ``kind`` where they name none (what a counterexample search says it tried)."""
+    for b in batches:
+        b.kind = b.kind or kind
+        yield b
 
 
 class SymbolsTask(Task):

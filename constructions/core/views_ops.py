@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from exactformer.constructions.blocks.base import CertContext, Unproven
+from exactformer.constructions.core.proof import CertContext, Unproven
 from exactformer.constructions.core.views import Box, Group, State, Var, broadcast, refine, unique_rows
 
 

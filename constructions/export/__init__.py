@@ -21,9 +21,10 @@ from exactformer.constructions.export.files import (DEFAULT_MATERIALIZE_LIMIT, E
                                                     tl_state_dict)
 from exactformer.constructions.export import recurrent  # noqa: F401  (registers the recurrent files)
 from exactformer.constructions.export.floats import embedding_rows
+from exactformer.constructions.export.manifest import UntrustedCode
 
 __all__ = ["save", "load", "read_manifest", "to_torch", "to_transformer_lens", "tl_config", "tl_state_dict",
-           "embedding_rows", "ExportError", "ManifestError", "DEFAULT_MATERIALIZE_LIMIT", "WEIGHTS_FILE", "EXACT_FILE", "MANIFEST_FILE"]
+           "embedding_rows", "ExportError", "ManifestError", "UntrustedCode", "DEFAULT_MATERIALIZE_LIMIT", "WEIGHTS_FILE", "EXACT_FILE", "MANIFEST_FILE"]
 
 
 def __getattr__(name: str) -> Any:

@@ -59,12 +59,14 @@ from exactformer.constructions.export.manifest import (
     READOUT,
     WEIGHTS_FILE,
     ManifestError,
+    code_of,
     dumps_manifest,
     encoding_of,
     field_digests,
     frac_str,
     jsonable,
     read_manifest,
+    require_code,
     sha256_file,
 )
 from exactformer.constructions.core.ir import (
@@ -301,6 +303,7 @@ def save_transformer(model: CompiledModel, out_dir: str | os.PathLike, dense: bo
         "summary": model.summary(),
         "output_vocab": model.output_vocab,
         "encoding": encoding_of(model.construction),
+        "code": code_of(model),
         "readout": READOUT,
         "certified_arithmetics": certified,
         "exactness": {
@@ -368,9 +371,11 @@ def _sample_rows(emb: Embedding, seed: int = 0) -> np.ndarray:
     return np.array(sorted(r for r in rows if 0 <= r < emb.n_rows), dtype=np.int64)
 
 
-def load(out_dir: str | os.PathLike) -> ModelIR:
+def load(out_dir: str | os.PathLike, trust_code: bool = False) -> ModelIR:
     """Rebuild the exact model saved by :func:`save` in ``out_dir`` (the manifest's ``architecture``
-    picks the loader, :data:`LOADERS`).
+    picks the loader, :data:`LOADERS`). A construction or block defined outside exactformer comes
+    from the module the manifest's ``code`` field names, imported only with ``trust_code``
+    (:func:`~exactformer.constructions.export.manifest.require_code`).
 
     Checks, each failure a :class:`ManifestError` naming the file (and the field): both weight
     files match their sha256 and every manifest field its digest (:func:`read_manifest`); every
@@ -381,6 +386,7 @@ def load(out_dir: str | os.PathLike) -> ModelIR:
     """
     d = Path(out_dir)
     man = read_manifest(d)
+    require_code(d, man, trust_code)
     architecture = man.get("architecture", "transformer")
     if architecture not in LOADERS:
         raise ManifestError(f"{d / MANIFEST_FILE}: field architecture {architecture!r} is not one of {sorted(LOADERS)}")

@@ -19,6 +19,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import sys
 from fractions import Fraction
 from pathlib import Path
 from typing import Any, Callable
@@ -138,7 +139,11 @@ def _param_from_json(d: dict[str, Any]) -> Param:
 
 
 def _answers_json(answers: list[Any]) -> dict[str, Any]:
-    """Answers as JSON when they survive a round trip (ints, strings, ...), else their str()."""
+    """Answers as JSON when they survive a round trip (ints, strings, ...); Fractions (an average's
+    answers) as their text with ``"type": "Fraction"``; anything else as its str()."""
+    if any(isinstance(a, Fraction) for a in answers) and all(isinstance(a, (Fraction, int)) and not isinstance(a, bool)
+                                                               for a in answers):
+        return {"values": [frac_str(Fraction(a)) for a in answers], "exact": True, "type": "Fraction"}
     try:
         vals = jsonable(list(answers))
         if vals == list(answers):
@@ -164,7 +169,8 @@ MODEL_FIELDS: dict[str, tuple[Callable[[Any], Any], Callable[[Any], Any]]] = {
                lambda d: {k: _param_from_json(v) for k, v in d.items()}),
     "task_params": (jsonable, dict),
     "vocab": (vocab_json, vocab_from_json),
-    "answers": (_answers_json, lambda d: list(d["values"])),
+    "answers": (_answers_json, lambda d: [Fraction(v) for v in d["values"]] if d.get("type") == "Fraction"
+                else list(d["values"])),
     "answer_positions": (lambda a: None if a is None else [int(t) for t in a],
                          lambda a: None if a is None else tuple(int(t) for t in a)),
     "layout": (lambda d: {k: [int(v[0]), int(v[1])] for k, v in d.items()}, dict),
@@ -190,6 +196,65 @@ WEIGHT_FIELDS = ("embed", "pos_embed", "blocks", "W_U", "b_U", "position_code")
 READOUT = ("the logits at each answer position (answer_positions, 0-based; null: the last position), "
            "[d_vocab_out] each; the answer is answers.values[i] for the largest logit i (a tie is no "
            "answer); output_vocab[i] is its str()")
+
+
+def code_of(model: Any) -> list[dict[str, Any]]:
+    """The modules outside exactformer that define ``model``'s construction and the blocks of its
+    plan, in the order met: ``{"module": name, "file": its path or None, "defines": [...]}`` each.
+    :func:`require_code` imports them on load, where the caller allows it."""
+    found: dict[str, dict[str, Any]] = {}
+
+    def note(obj: Any, what: str) -> None:
+        module = getattr(obj, "__module__", "") or ""
+        if module.startswith("exactformer.") or module == "exactformer":
+            return
+        entry = found.setdefault(module, {"module": module, "file": getattr(sys.modules.get(module), "__file__", None),
+                                          "defines": []})
+        if what not in entry["defines"]:
+            entry["defines"].append(what)
+
+    if model.construction in registry.names():
+        c = registry.get(model.construction)
+        note(c.builder, f"construction {c.name}")
+        note(type(c.task), f"task {type(c.task).__name__}")
+    for p in getattr(model, "plan", []):
+        note(type(p.block), f"block {type(p.block).__name__}")
+    return [dict(e, file=None if e["file"] is None else str(Path(e["file"]).resolve())) for e in found.values()]
+
+
+class UntrustedCode(ManifestError):
+    """A saved model whose construction or blocks are defined in a module that is not imported, and
+    the caller did not allow loading to import it (``trust_code``)."""
+
+
+def require_code(out_dir: Path, man: dict[str, Any], trust_code: bool) -> None:
+    """Make the construction and the blocks a manifest names available: those registered already
+    need nothing; the modules of its ``code`` field that define the others are imported only when
+    ``trust_code`` (importing a module runs its code, as Hugging Face's ``trust_remote_code``);
+    else :class:`UntrustedCode` names the module and the option."""
+    from exactformer.constructions.blocks import BLOCKS
+
+    def missing() -> list[str]:
+        out = [] if man.get("construction") in registry.names() else [f"construction {man.get('construction')!r}"]
+        names = {p["block"]["block"] for p in man.get("plan") or [] if isinstance(p, dict) and isinstance(p.get("block"), dict)}
+        return out + [f"block {b!r}" for b in sorted(names) if b not in BLOCKS]
+
+    if not missing():
+        return
+    for entry in man.get("code") or []:
+        module, file = entry.get("module"), entry.get("file")
+        if not trust_code:
+            raise UntrustedCode(f"the model needs module {module!r} ({file or 'no file recorded'}), which "
+                                f"defines {', '.join(entry.get('defines') or ['its code'])}; loading imports it (running "
+                                "its code) only with trust_code=True (command line: --trust-code), or import it first")
+        try:
+            registry.import_code(module, file)
+        except ImportError as e:
+            raise ManifestError(f"{out_dir}: {e}") from None
+    gone = missing()
+    if gone:
+        raise ManifestError(f"{out_dir}: {', '.join(gone)} is not registered (no imported module defines it; the manifest "
+                            f"names {', '.join(e.get('module', '?') for e in man.get('code') or []) or 'no module'})")
 
 
 def encoding_of(construction: str) -> dict[str, Any] | None:

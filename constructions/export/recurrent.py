@@ -38,7 +38,7 @@ from exactformer.constructions.export.files import (DEFAULT_MATERIALIZE_LIMIT, L
 from exactformer.constructions.export.floats import ExportError, to_float64
 from exactformer.constructions.export.manifest import (DIGESTS_KEY, EXACT_FILE, FORMAT_NAME, FORMAT_VERSION,
                                                        MANIFEST_FILE, MODEL_FIELDS, READOUT, WEIGHTS_FILE,
-                                                       ManifestError, dumps_manifest, encoding_of, field_digests,
+                                                       ManifestError, code_of, dumps_manifest, encoding_of, field_digests,
                                                        jsonable, sha256_file)
 
 #: the RNNModel fields the manifest holds as plain JSON (the transformer's, less its plan and vector input)
@@ -111,6 +111,7 @@ def save_recurrent(model: RNNModel, out_dir: str | os.PathLike, dense: bool = Tr
         "summary": model.summary(),
         "output_vocab": model.output_vocab,
         "encoding": encoding_of(model.construction),
+        "code": code_of(model),
         "readout": READOUT,
         "certified_arithmetics": certified,
         "exactness": {"weights_exact_in_float64": all(e["exact_in_float64"] for e in tensors.values()),

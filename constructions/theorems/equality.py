@@ -83,7 +83,6 @@ def _build(n: int, positions: Any, eta: Any, precision: Any, max_inner: Fraction
     UniformAverage("m", "z").emit(mb, 1)
     ThresholdReadout("z", Fraction(c), l0, yes=1 if ineq else 0).emit(mb)
     kc = kc_equivalent(fmt, n)
-    exact = fmt.is_exact
     eta_modes = etas_by_mode(fmt, eta, notes, gram, mu, n, XorMLP.TOLERANCE, KEY_OFFSET)
     name = "inequality" if ineq else "equality"
     model = mb.build(answers=[0, 1], vocab=["-1", "+1"], construction=name, theorem=THEOREM, n=n,
@@ -115,8 +114,6 @@ def _build(n: int, positions: Any, eta: Any, precision: Any, max_inner: Fraction
         "paper_k": Param(getattr(code, "paper_k", None), "ceil(8 ln(2N) / mu^2) (Lemma 2)"),
     }
     model.position_code = code
-    if exact:
-        model.weights_raw(fmt)  # raises IRError naming a weight the format cannot represent
     return model
 
 

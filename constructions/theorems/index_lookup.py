@@ -325,8 +325,6 @@ def index_lookup(
             "paper_k": Param(getattr(code, "paper_k", None), "ceil(8 ln(2N) / mu^2) (Lemma 2)"),
         })
     model.position_code = code
-    if fmt.is_exact:
-        model.weights_raw(fmt)  # raises IRError naming a weight the format cannot represent
     return model
 
 

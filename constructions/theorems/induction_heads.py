@@ -271,7 +271,6 @@ def _build(name: str, theorem: str, n: int, k: int, alphabet: int | None, precis
                                                                                     "up to 48 bits)")),
         },
         position_code=code)
-    model.weights_raw(fmt)  # raises IRError naming a weight the format cannot represent
     return model
 
 

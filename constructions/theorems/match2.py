@@ -260,25 +260,23 @@ def match2(n: int, modulus: int = 37, eta: Fraction | None = None,
     MatchIndicator("z", "ans").emit(mb, 0)
     SymbolReadout("ans", 2).emit(mb)
     cond = MatchHead.conditions(fmt, eta, b, n) if fmt.is_exact and fmt.represents(eta) else None
-    model = mb.build(
-        answers=[0, 1], vocab=[str(v) for v in range(M)] + ["BOS"], construction="match2", theorem=THEOREM, n=n,
-        precision=fmt.name, answer_positions=tuple(range(1, n + 1)), task_params={"n": n, "modulus": M},
-        params={
-            "b": Param(b, "code bits max(2, ceil(log2 M))"),
-            "eta": Param(eta, notes["eta"]),
-            "ln_S": Param(round(math.log(fmt.scale), 6) if fmt.is_exact else None,
-                          "eta must exceed ln S (floor rounding) so that e^-eta S rounds to 0"),
-            "lowering_conditions": Param(cond, "MatchHead.conditions(fmt, eta, b, c_max = N) (docs/ema.md)"),
-            "d_model": Param(2 * b + 4, "2b + 4 (kcode, qcode, bos, flag, z, ans)"),
-            "d_head": Param(b + 1, "b + 1 (code dims and the default dim)"),
-            "precision": Param(fmt.name, notes["precision"]),
-            "precision_bits": Param(getattr(fmt, "bits", 64), "bits of one number in the format"),
-        })
-    if fmt.is_exact:
-        try:
-            model.weights_raw(fmt)
-        except IRError as e:  # only a given eta can do this: the default is chosen to fit
-            raise Match2Error(f"eta = {eta} does not fit precision {fmt.name}: {e}") from None
+    try:
+        model = mb.build(
+            answers=[0, 1], vocab=[str(v) for v in range(M)] + ["BOS"], construction="match2", theorem=THEOREM, n=n,
+            precision=fmt.name, answer_positions=tuple(range(1, n + 1)), task_params={"n": n, "modulus": M},
+            params={
+                "b": Param(b, "code bits max(2, ceil(log2 M))"),
+                "eta": Param(eta, notes["eta"]),
+                "ln_S": Param(round(math.log(fmt.scale), 6) if fmt.is_exact else None,
+                              "eta must exceed ln S (floor rounding) so that e^-eta S rounds to 0"),
+                "lowering_conditions": Param(cond, "MatchHead.conditions(fmt, eta, b, c_max = N) (docs/ema.md)"),
+                "d_model": Param(2 * b + 4, "2b + 4 (kcode, qcode, bos, flag, z, ans)"),
+                "d_head": Param(b + 1, "b + 1 (code dims and the default dim)"),
+                "precision": Param(fmt.name, notes["precision"]),
+                "precision_bits": Param(getattr(fmt, "bits", 64), "bits of one number in the format"),
+            })
+    except IRError as e:  # a weight the format does not hold: only a given eta can do this (the default fits)
+        raise Match2Error(f"eta = {eta} does not fit precision {fmt.name}: {e}") from None
     return model
 
 

@@ -344,7 +344,6 @@ def prefix_sums(n: int, word_bits: int = 4, fan_in: int = 2, precision: Format |
                                  "within its margin (the builder's argument, not a certificate: it is verified by "
                                  "running it)"),
         })
-    model.weights_raw(fmt)
     return model
 
 

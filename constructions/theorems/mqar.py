@@ -413,5 +413,4 @@ def _lean(n: int, S: int, L: int, queries: str, eta1: Fraction | None, eta2: Fra
             "arithmetics": Param(designed_for(fmt, robust), "the arithmetics the sufficient conditions were checked "
                                  "in (the certificate of the content-dependent first layer is fixed-point only)"),
         })
-    model.weights_raw(fmt)
     return model

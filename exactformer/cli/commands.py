@@ -22,7 +22,7 @@ import typer
 from typer.core import TyperCommand
 
 import exactformer as xf
-from exactformer.arguments import ArgumentError, parse_int
+from exactformer.arguments import ArgumentError, parse_int, parse_seconds
 from exactformer.cli.main import click_errors
 from exactformer.cli.options import builder_kwargs, command, construction_options
 from exactformer.cli.output import EXIT_FAILED, Steps, fail, print_json, print_table
@@ -30,10 +30,12 @@ from exactformer.constructions.core import registry
 from exactformer.constructions.core.ir import CompiledModel
 from exactformer.constructions.core.task import EXHAUSTIVE_LIMIT, MODES, format_count
 from exactformer.constructions.export import ManifestError, read_manifest
+from exactformer.verify.certify.composed import SEARCH_SECONDS
 from exactformer.verify.precision_scan import find_min_precision
 from exactformer.verify.verifier import (ARITHMETICS, COUNTS_MEANING, COVERS, DEFAULT_SAMPLES, DEVICES, Report,
                                          VerifyError, check_arithmetic, check_device, check_mode, check_samples,
-                                         check_sampling, check_seed, check_sharding, certificate_refusal, choose_mode,
+                                         check_sampling, check_search_seconds, check_seed, check_sharding,
+                                         certificate_refusal, choose_mode,
                                          lacks, task_of)
 
 DEFAULT_N = 4096  # verify all
@@ -70,30 +72,29 @@ def typer_command(name: str, fn: Any, help: str, short_help: str | None = None) 
     return cmd
 
 
-def _help(name: str) -> str:
-    c = registry.get(name)
+def _help(c: registry.Construction) -> str:
     first = (inspect.getdoc(c.builder) or "").split("\n\n")[0].replace("\n", " ")
     return f"{first} ({c.theorem})"
 
 
-def build_command(name: str) -> Any:
-    """``build <name>``: the construction's options and the build options."""
-    return typer_command(name, command(construction_options(name) + BUILD_OPTIONS, lambda kw: _build(name, kw), ""),
-                         _help(name), registry.get(name).theorem)
+def build_command(c: registry.Construction) -> Any:
+    """``build <name>`` of construction ``c`` (resolved once, by the command line): its options and
+    the build options."""
+    return typer_command(c.name, command(construction_options(c) + BUILD_OPTIONS, lambda kw: _build(c, kw), ""),
+                         _help(c), c.theorem)
 
 
-def verify_command(name: str) -> Any:
-    """``verify <name>``, ``verify all``."""
-    if name == "all":
+def verify_command(c: registry.Construction | str) -> Any:
+    """``verify <name>`` of construction ``c``, or ``verify all`` (``c`` = "all")."""
+    if c == "all":
         return typer_command("all", command(_ALL_OPTIONS, _verify_all, ""), _ALL_HELP, "every construction, one table")
-    opts = construction_options(name) + VERIFY_OPTIONS + FIND_MIN_OPTIONS
-    return typer_command(name, command(opts, lambda kw: _verify_named(name, kw), ""), _help(name),
-                         registry.get(name).theorem)
+    opts = construction_options(c) + VERIFY_OPTIONS + FIND_MIN_OPTIONS
+    return typer_command(c.name, command(opts, lambda kw: _verify_named(c, kw), ""), _help(c), c.theorem)
 
 
 def dir_command(path: str) -> Any:
-    """``verify DIR``: the verification options alone."""
-    return typer_command(path, command(VERIFY_OPTIONS, lambda kw: _verify_dir(path, kw), ""), _DIR_HELP)
+    """``verify DIR``: the verification options and ``--trust-code``."""
+    return typer_command(path, command(VERIFY_OPTIONS + [TRUST_CODE], lambda kw: _verify_dir(path, kw), ""), _DIR_HELP)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -138,6 +139,10 @@ VERIFY_OPTIONS = [
         None, "--scheduler", metavar="ADDRESS", show_default=False,
         help="exhaustive and sample: shard the inputs over the workers of the dask scheduler at ADDRESS "
              "(tcp://HOST:PORT)")),
+    _opt("search_seconds", Optional[str], typer.Option(
+        None, "--search-seconds", metavar="SECONDS", show_default=False,
+        help=f"certify: the time budget of the counterexample search when a proof step fails, >= 0 (0: none). "
+             f"Default: {SEARCH_SECONDS:g}; the report says what the search ran")),
     _opt("arithmetic", Optional[str], typer.Option(
         None, "--arithmetic", metavar="ARITH", show_default=False,
         help=f"{' | '.join(ARITHMETICS)}: fixed (the default) runs the exact executor in the model's fixed-point "
@@ -145,6 +150,10 @@ VERIFY_OPTIONS = [
              "bounds, docs/precision.md), real the exact real-number forward pass")),
     _JSON,
 ]
+TRUST_CODE = _opt("trust_code", bool, typer.Option(
+    False, "--trust-code", help="verify DIR: a model whose construction or blocks are defined in a module of one's own "
+                                "imports that module (runs its code) from the path its manifest records; without "
+                                "it such a model is refused, naming the module"))
 FIND_MIN_OPTIONS = [
     _opt("find_min_precision", bool, typer.Option(
         False, "--find-min-precision", help="instead of verifying: the smallest frac bits at int=6 (--scan binary) "
@@ -177,6 +186,7 @@ class _Verification:
     json: bool
     workers: int | None = None
     scheduler: str | None = None
+    search_seconds: float | None = None
 
 
 def _bad(e: VerifyError, as_json: bool) -> NoReturn:
@@ -192,11 +202,14 @@ def _verify_args(kw: dict[str, Any]) -> _Verification:
         samples = None if kw["samples"] is None else parse_int(kw["samples"], "--samples", ">= 1")
         seed = None if kw["seed"] is None else parse_int(kw["seed"], "--seed", ">= 0")
         workers = None if kw.get("workers") is None else parse_int(kw["workers"], "--workers", ">= 0")
+        search = None if kw.get("search_seconds") is None else parse_seconds(kw["search_seconds"], "--search-seconds")
     except ArgumentError as e:
         fail(str(e), as_json)
     try:
         v = _Verification(check_mode(kw["mode"]), check_samples(samples), check_seed(seed), check_device(kw["device"]),
-                          check_arithmetic(kw.get("arithmetic") or "fixed"), as_json, workers, kw.get("scheduler"))
+                          check_arithmetic(kw.get("arithmetic") or "fixed"), as_json, workers, kw.get("scheduler"),
+                          search)
+        check_search_seconds(search)
         if v.mode is not None:
             check_sampling(v.mode, v.samples, v.seed)
         check_sharding(v.mode, v.workers, v.scheduler)
@@ -210,25 +223,26 @@ def _verify_args(kw: dict[str, Any]) -> _Verification:
 # ------------------------------------------------------------------------------------------------
 
 
-def _construct(name: str, kw: dict[str, Any], as_json: bool, steps: Steps) -> tuple[Any, dict[str, Any]]:
-    """The model built from its command-line options by ``xf.build`` (and the builder keywords used)."""
+def _construct(c: registry.Construction, kw: dict[str, Any], as_json: bool, steps: Steps) -> tuple[Any, dict[str, Any]]:
+    """The model of construction ``c`` built from its command-line options by ``xf.build`` (and the
+    builder keywords used)."""
     try:
-        kwargs = builder_kwargs(name, kw)
-        steps.step(f"build {name}" + (f" n={kwargs['n']}" if "n" in kwargs else ""))
-        return xf.build(name, **kwargs), kwargs
+        kwargs = builder_kwargs(c, kw)
+        steps.step(f"build {c.name}" + (f" n={kwargs['n']}" if "n" in kwargs else ""))
+        return xf.build(c, **kwargs), kwargs
     except ValueError as e:
-        fail(str(e) if isinstance(e, ArgumentError) else f"{name}: {e}", as_json)
+        fail(str(e) if isinstance(e, ArgumentError) else f"{c.name}: {e}", as_json)
 
 
-def _build(name: str, kw: dict[str, Any]) -> None:
+def _build(c: registry.Construction, kw: dict[str, Any]) -> None:
     as_json, out, compact = kw.pop("json"), kw.pop("out"), kw.pop("compact")
     if out is None:
         fail("--out is required: the directory to write (created if missing)", as_json)
     if out.exists() and not out.is_dir():
         fail(f"--out: {str(out)!r} exists and is not a directory", as_json)
     with Steps(lines=not as_json) as steps:
-        model, _ = _construct(name, kw, as_json, steps)
-        steps.step(f"certify {name} n={model.n} (its format, float64, float32) and write {out}"
+        model, _ = _construct(c, kw, as_json, steps)
+        steps.step(f"certify {c.name} n={model.n} (its format, float64, float32) and write {out}"
                    if "certify" in task_of(model).modes else f"write {out} (no certificate: nothing to record)")
         try:
             path = xf.save(model, out, dense=not compact)
@@ -270,12 +284,12 @@ def _run(model: Any, v: _Verification, steps: Steps) -> Report:
         progress = steps.bar(total, "inputs") if chosen != "certify" else None
         return xf.verify(model, mode=v.mode, samples=v.samples, seed=v.seed, device=v.device, progress=progress,
                           phase=lambda name: steps.step(f"{what}: {name}"), arithmetic=v.arithmetic, workers=v.workers,
-                          scheduler=v.scheduler)
+                          scheduler=v.scheduler, search_seconds=v.search_seconds)
     except VerifyError as e:
         _bad(e, v.json)
 
 
-def _verify_named(name: str, kw: dict[str, Any]) -> None:
+def _verify_named(c: registry.Construction, kw: dict[str, Any]) -> None:
     find, scan = kw.pop("find_min_precision"), kw.pop("scan")
     v = _verify_args(kw)
     if find:
@@ -289,13 +303,13 @@ def _verify_named(name: str, kw: dict[str, Any]) -> None:
             fail("--arithmetic: --find-min-precision scans fixed-point formats only", v.json)
     elif scan is not None:
         fail("--scan: only with --find-min-precision", v.json)
-    for o in ("mode", "samples", "seed", "device", "arithmetic", "json", "workers", "scheduler"):
+    for o in ("mode", "samples", "seed", "device", "arithmetic", "json", "workers", "scheduler", "search_seconds"):
         kw.pop(o)
     with Steps(lines=not v.json) as steps:
-        model, kwargs = _construct(name, kw, v.json, steps)
+        model, kwargs = _construct(c, kw, v.json, steps)
         if find:
-            steps.step(f"scan {scan} precisions of {name} n={model.n}")
-            scanned = _find_min(name, model, kwargs, scan, v.device)
+            steps.step(f"scan {scan} precisions of {c.name} n={model.n}")
+            scanned = _find_min(c, model, kwargs, scan, v.device)
         else:
             report = _run(model, v, steps)
     if find:
@@ -305,11 +319,12 @@ def _verify_named(name: str, kw: dict[str, Any]) -> None:
 
 
 def _verify_dir(path: str, kw: dict[str, Any]) -> None:
+    trust = kw.pop("trust_code")
     v = _verify_args(kw)
     with Steps(lines=not v.json) as steps:
         steps.step(f"load {path}")
         try:
-            model = xf.load(path)
+            model = xf.load(path, trust_code=trust)
         except (ManifestError, ValueError, OSError) as e:
             fail(f"{path}: {e}", v.json)
         report = _run(model, v, steps)
@@ -349,13 +364,13 @@ def _emit_report(report: Report, as_json: bool) -> None:
         raise typer.Exit(EXIT_FAILED)
 
 
-def _find_min(name: str, model: CompiledModel, kwargs: dict[str, Any], kind: str, device: str) -> dict[str, Any]:
+def _find_min(c: registry.Construction, model: CompiledModel, kwargs: dict[str, Any], kind: str,
+              device: str) -> dict[str, Any]:
     """The precision scan (:func:`~exactformer.verify.precision_scan.find_min_precision`) as the
     command's JSON object."""
-    builder = registry.get(name).builder
     t0 = time.perf_counter()
-    res = find_min_precision(lambda fmt: builder(**(kwargs | {"precision": fmt})), kind=kind, n=model.n, device=device)
-    return {"construction": name, "theorem": model.theorem, "n": model.n, "mode": "find-min-precision", "kind": kind,
+    res = find_min_precision(lambda fmt: c.builder(**(kwargs | {"precision": fmt})), kind=kind, n=model.n, device=device)
+    return {"construction": c.name, "theorem": model.theorem, "n": model.n, "mode": "find-min-precision", "kind": kind,
             "scanned": res.scanned, "passed": res.value is not None, "min_value": res.value, "precision": res.format,
             "passing": res.passing, "checked_up_to": res.checked_up_to,
             "results": [{"value": v, "precision": r["format"], "passed": r["passed"], "reason": r["reason"]}
@@ -408,7 +423,8 @@ def _plan(name: str, model: Any, v: _Verification, n: int) -> _Row:
     except VerifyError as e:
         _bad(e, v.json)
     sampled = chosen == "sample"
-    options = replace(v, mode=mode, samples=v.samples if sampled else None, seed=v.seed if sampled else None)
+    options = replace(v, mode=mode, samples=v.samples if sampled else None, seed=v.seed if sampled else None,
+                      search_seconds=v.search_seconds if chosen == "certify" else None)
     return _Row(name, model, chosen, options, "; ".join(notes) or None)
 
 
@@ -428,8 +444,9 @@ def _verify_all(kw: dict[str, Any]) -> None:
         fail(str(e), v.json)
     samples = ALL_SAMPLES if v.samples is None else v.samples
     with Steps(lines=not v.json) as steps:
-        rows = [_plan(name, _construct(name, {"n": str(min(n, registry.get(name).all_max_n or n))}, v.json, steps)[0],
-                      replace(v, samples=samples), n) for name in registry.names()]
+        entries = [registry.get(name) for name in registry.names()]
+        rows = [_plan(c.name, _construct(c, {"n": str(min(n, c.all_max_n or n))}, v.json, steps)[0],
+                      replace(v, samples=samples), n) for c in entries]
         sampled = [r.name for r in rows if r.chosen == "sample"]
         given = [f"--{o}" for o in ("samples", "seed") if getattr(v, o) is not None]  # as typed, not ALL_SAMPLES
         if given and not sampled:

@@ -62,6 +62,7 @@ def generated_blocks() -> dict[str, str]:
     names = registry.names()
     first = verify.get_command(ctx, names[0])
     blocks = {
+        "module-options": options_table(option_rows(build, ctx, {"module"})),
         "build-options": options_table(option_rows(build.get_command(ctx, names[0]), ctx,
                                                    {p.name for p in BUILD_OPTIONS})),
         "verify-options": options_table(option_rows(dir_command("DIR"), ctx)),

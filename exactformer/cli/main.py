@@ -16,7 +16,7 @@ from __future__ import annotations
 import importlib
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, List, Optional
 
 import typer
 from typer.core import TyperGroup
@@ -51,6 +51,40 @@ def _names() -> list[str]:
     from exactformer.constructions.core import registry
 
     return registry.names()
+
+
+def _resolve(name: str) -> Any | None:
+    """The registered construction ``name`` (the registry's entry, passed down to the command), or None."""
+    from exactformer.constructions.core import registry
+
+    try:
+        return registry.get(name)
+    except registry.UnknownConstruction:
+        return None
+
+
+def _import_modules(ctx: typer.Context, param: Any, modules: list[str] | None) -> list[str]:
+    """``--module``: import each module of constructions (a dotted name or a .py file) before the
+    subcommand is resolved, so that the constructions it registers are commands."""
+    from exactformer.constructions.core import registry
+
+    for module in modules or ():
+        try:
+            registry.import_code(module)
+        except ImportError as e:
+            raise click_errors.BadParameter(str(e), ctx, param) from None
+    return list(modules or ())
+
+
+#: the groups' ``--module`` option (an option's callback runs while the group's options are parsed,
+#: before the subcommand is looked up)
+_MODULE_HELP = ("import a module of constructions of one's own first: a dotted module name or a .py file (repeatable; "
+                "installed packages register theirs through the entry-point group exactformer.constructions)")
+
+
+def _group(module: Optional[List[str]] = typer.Option(None, "--module", metavar="MODULE", help=_MODULE_HELP,
+                                                      callback=_import_modules, is_eager=True)) -> None:
+    """The build and verify groups' own options (``--module``)."""
 
 
 class _Root(TyperGroup):
@@ -132,7 +166,8 @@ class _BuildGroup(TyperGroup):
         return _names()
 
     def get_command(self, ctx: typer.Context, name: str) -> Any | None:
-        return _commands().build_command(name) if name in _names() else None
+        c = _resolve(name)
+        return None if c is None else _commands().build_command(c)
 
     def resolve_command(self, ctx: typer.Context, args: list[str]) -> tuple[str | None, Any | None, list[str]]:
         if args and self.get_command(ctx, args[0]) is None:
@@ -148,7 +183,8 @@ class _VerifyGroup(TyperGroup):
         return [*_names(), "all"]
 
     def get_command(self, ctx: typer.Context, name: str) -> Any | None:
-        return _commands().verify_command(name) if name == "all" or name in _names() else None
+        c = "all" if name == "all" else _resolve(name)
+        return None if c is None else _commands().verify_command(c)
 
     def resolve_command(self, ctx: typer.Context, args: list[str]) -> tuple[str | None, Any | None, list[str]]:
         if args and not args[0].startswith("-") and self.get_command(ctx, args[0]) is None:
@@ -172,12 +208,12 @@ class _VerifyGroup(TyperGroup):
 app = typer.Typer(cls=_Root, add_completion=False, no_args_is_help=True, rich_markup_mode=None,
                   help="Build, run and verify proven transformer constructions exactly (docs/cli.md). "
                        "Exit codes: 0 passed, 1 verification failed, 2 bad input.")
-app.add_typer(typer.Typer(cls=_BuildGroup, no_args_is_help=True, rich_markup_mode=None,
+app.add_typer(typer.Typer(cls=_BuildGroup, no_args_is_help=True, rich_markup_mode=None, callback=_group,
                           subcommand_metavar="<construction> [OPTIONS]"), name="build",
               help="Build a construction and write DIR/manifest.json, DIR/model.exact.safetensors and "
                    "(unless --compact) DIR/model.safetensors. `exactformer build <construction> --help` "
                    "lists its options.")
-app.add_typer(typer.Typer(cls=_VerifyGroup, no_args_is_help=True, rich_markup_mode=None,
+app.add_typer(typer.Typer(cls=_VerifyGroup, no_args_is_help=True, rich_markup_mode=None, callback=_group,
                           subcommand_metavar=f"{TARGET} [OPTIONS]"), name="verify",
               help="Verify a construction by name (built from the options), a saved model (DIR written by "
                    "`exactformer build`), or `all` registered constructions. Exit 1 if verification fails.")

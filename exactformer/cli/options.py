@@ -46,12 +46,12 @@ def option_help(param: inspect.Parameter, doc: str) -> str:
     return doc
 
 
-def construction_options(name: str) -> list[inspect.Parameter]:
-    """Typer parameters (keyword-only, typer.Option defaults) for the builder of ``name``: text
-    options (None: the builder's default), flags for ``bool`` parameters."""
-    docs = parameter_docs(registry.get(name).builder)
+def construction_options(c: registry.Construction) -> list[inspect.Parameter]:
+    """Typer parameters (keyword-only, typer.Option defaults) for the builder of construction ``c``:
+    text options (None: the builder's default), flags for ``bool`` parameters."""
+    docs = parameter_docs(c.builder)
     out = []
-    for p in builder_parameters(name):
+    for p in builder_parameters(c):
         if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
             continue
         doc = docs.get(p.name, "(not documented by the builder)")
@@ -69,14 +69,15 @@ def construction_options(name: str) -> list[inspect.Parameter]:
     return out
 
 
-def builder_kwargs(name: str, values: dict[str, Any]) -> dict[str, Any]:
-    """Builder keywords from the options' values (``values``: option name -> text, bool or None;
-    None leaves the builder's default). A required parameter without a value is an ArgumentError."""
-    docs = parameter_docs(registry.get(name).builder)
+def builder_kwargs(c: registry.Construction, values: dict[str, Any]) -> dict[str, Any]:
+    """Builder keywords of construction ``c`` from the options' values (``values``: option name ->
+    text, bool or None; None leaves the builder's default). A required parameter without a value is
+    an ArgumentError."""
+    docs = parameter_docs(c.builder)
     n_text = values.get("n")
     n = parse_int(n_text, "--n", docs.get("n", "")) if isinstance(n_text, str) else None
     out: dict[str, Any] = {}
-    for p in builder_parameters(name):
+    for p in builder_parameters(c):
         value = values.get(option_name(p.name))
         doc = docs.get(p.name, "")
         if value is None:

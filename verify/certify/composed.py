@@ -27,7 +27,9 @@ N); ``details["engine"]`` says which ran, and why not the run certificate.
 A failing step raises ``Unproven``; then candidate inputs (the task's adversarial inputs, inputs
 planted from the failing step's hint, seeded samples) run through the executor, and the first wrong
 answer is returned as a counterexample. Otherwise the result is "unproven" with the reason -- a
-failure, never a pass. ``certify`` never raises on a well-formed model.
+failure, never a pass. ``certify`` never raises on a well-formed model. The search stops after
+``search_seconds`` (default :data:`SEARCH_SECONDS`), reports its progress through ``progress``
+and says what it ran: how many inputs of each kind, in how long, and why it stopped.
 """
 
 from __future__ import annotations
@@ -40,7 +42,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from exactformer.constructions.blocks.base import CertContext, Unproven
+from exactformer.constructions.core.proof import CertContext, Unproven
 from exactformer.constructions.core.ir import CompiledModel, IRError
 from exactformer.constructions.core.pointers import PointerContext
 from exactformer.constructions.core.runs import Declined
@@ -56,6 +58,7 @@ from exactformer.verify.certify.layers import (LayerWeights, computes_all, follo
                                                written_before)
 
 CANDIDATES = 2048  # inputs the counterexample search runs when a proof step fails
+SEARCH_SECONDS = 10.0  # the counterexample search's default time budget (verify's search_seconds)
 SEARCH_MAX_TOKENS = 1 << 20  # longer inputs are not run by the search (a failed proof stays "unproven")
 SEARCH_BATCH = 256  # candidate inputs run together by the search
 
@@ -74,7 +77,8 @@ class CertificateResult:
 @functools.singledispatch
 def certify(model: Any, fmt: Format, task: Any, device: str = "cpu",
             run_candidates: Callable[[Any, Any], dict | None] | None = None,
-            progress: Callable[[str], None] | None = None, arithmetic: str | None = None) -> CertificateResult:
+            progress: Callable[[str], None] | None = None, arithmetic: str | None = None,
+            search_seconds: float = SEARCH_SECONDS) -> CertificateResult:
     """Prove ``model`` computes ``task`` on every input, or say why not: the certificate of the
     model's kind (the composed one below for transformers; :mod:`exactformer.verify.certify.recurrent`
     for recurrent models), registered next to each implementation. Never raises on a model."""
@@ -84,7 +88,8 @@ def certify(model: Any, fmt: Format, task: Any, device: str = "cpu",
 @certify.register
 def certify_transformer(model: CompiledModel, fmt: Format, task: Any, device: str = "cpu",
                         run_candidates: Callable[[CompiledModel, Any], dict | None] | None = None,
-                        progress: Callable[[str], None] | None = None, arithmetic: str | None = None) -> CertificateResult:
+                        progress: Callable[[str], None] | None = None, arithmetic: str | None = None,
+                        search_seconds: float = SEARCH_SECONDS) -> CertificateResult:
     """Prove ``model`` computes ``task`` on every input, or say why not. ``arithmetic``: "fixed"
     (the fixed-point format ``fmt``, the default for fixed-point formats), "real", or a float dtype
     -- float64, float32, bfloat16, float16, float8_e4m3, float8_e5m2 -- (what torch computes with
@@ -106,17 +111,21 @@ def certify_transformer(model: CompiledModel, fmt: Format, task: Any, device: st
         reason, hint = f"a field the certificate reads is missing: {e}", {}
     except Exception as e:  # a certificate never raises on a model; a bug here is reported, never a pass
         reason, hint = f"internal error {type(e).__name__}: {e}", {}
-    return refuted(model, task, reason, hint, run_candidates, details, t0)
+    return refuted(model, task, reason, hint, run_candidates, details, t0, search_seconds=search_seconds,
+                   progress=progress)
 
 
 def refuted(model: Any, task: Any, reason: str, hint: dict, run_candidates: Callable | None, details: dict,
-            t0: float, candidates: Any = None) -> CertificateResult:
+            t0: float, candidates: Any = None, search_seconds: float = SEARCH_SECONDS,
+            progress: Callable[[str], None] | None = None) -> CertificateResult:
     """The result of a failed proof step (``reason``): the first wrong answer among ``candidates``
-    (batches; default the task's, planted from ``hint`` first) as a counterexample, else "unproven"."""
+    (batches; default the task's, planted from ``hint`` first) as a counterexample, else "unproven";
+    the search runs for at most ``search_seconds`` and reports to ``progress``."""
     cex, searched = None, "no counterexample search (no runner)"
     if run_candidates is not None:
-        cex, searched = _search(model, task, hint, run_candidates, candidates)
+        cex, searched = _search(model, task, hint, run_candidates, candidates, search_seconds, progress)
     if cex is not None:
+        details["counterexample_search"] = searched
         return CertificateResult(False, False, f"counterexample found ({reason})", None, cex, _public(details),
                                  time.perf_counter() - t0)
     return CertificateResult(False, False, f"unproven: {reason}; {searched}", None, None, _public(details),
@@ -297,39 +306,66 @@ def _readout(ctx: CertContext, state: State, task: Any) -> Fraction:
 # ------------------------------------------------------------------------------------------------
 
 
-def _search(model: Any, task: Any, hint: dict, run: Callable, candidates: Any = None) -> tuple[dict | None, str]:
+def _search(model: Any, task: Any, hint: dict, run: Callable, candidates: Any = None,
+            seconds: float = SEARCH_SECONDS, progress: Callable[[str], None] | None = None) -> tuple[dict | None, str]:
     """Run ``candidates`` (default: the task's candidate inputs, planted from the hint first) until
-    one is answered wrong."""
+    one is answered wrong or ``seconds`` have passed; say what ran (inputs of each kind, seconds)."""
     T = task.length(model) if candidates is None else 0
     if T > SEARCH_MAX_TOKENS:  # one candidate would hold a residual stream of T rows
         return None, f"no counterexample search: inputs of {T} tokens are longer than the {SEARCH_MAX_TOKENS} it runs"
-    n = 0
+    if seconds <= 0:
+        return None, "no counterexample search (search_seconds is 0)"
+    t0, n, tried, report = time.perf_counter(), 0, {}, 1.0
+
+    def ran() -> str:
+        kinds = ", ".join(f"{k} {v}" for k, v in tried.items())
+        return f"{n} candidate inputs ({kinds}) in {time.perf_counter() - t0:.1f} s"
+
     try:
-        for batch in _joined(candidates if candidates is not None else task.candidates(model, hint, CANDIDATES)):
-            n += len(batch)
+        for batch, kinds in _joined(candidates if candidates is not None else task.candidates(model, hint, CANDIDATES)):
             cex = run(model, batch)
+            n += len(batch)
+            for k, c in kinds:
+                tried[k] = tried.get(k, 0) + c
             if cex is not None:
-                return cex, f"{n} candidate inputs run"
+                return cex, f"found among {ran()}"
+            elapsed = time.perf_counter() - t0
+            if progress is not None and elapsed >= report:
+                progress(f"counterexample search: {n} inputs in {elapsed:.0f} s (budget {seconds:g} s)")
+                report *= 2
+            if elapsed >= seconds:
+                return None, (f"no counterexample among {ran()}: the search stopped at its time budget of {seconds:g} s "
+                              "(search_seconds, --search-seconds, extends it)")
     except (ValueError, IRError, IndexError, KeyError) as e:  # candidates a corrupted task cannot even make
         return None, f"the counterexample search stopped: {type(e).__name__}: {e}"
     except MemoryError:  # an input too large to run here is no answer either way: never a traceback
         return None, f"the counterexample search stopped: out of memory after {n} candidate inputs"
-    if candidates is None and task.count(model) == n:
-        return None, f"every one of the {n} inputs is answered right"
-    return None, f"no counterexample among {n} candidate inputs (adversarial, planted and sampled)"
+    if candidates is None and set(tried) <= {"every input", "exhaustive"} and task.count(model) == n:
+        return None, f"every one of the {n} inputs is answered right ({time.perf_counter() - t0:.1f} s)"
+    return None, f"no counterexample among {ran()}"
 
 
 def _joined(batches: Any, size: int = SEARCH_BATCH) -> Any:
     """``batches`` joined in order into batches of about ``size`` inputs (tasks plant candidates one or a
-    few at a time; one executor run per candidate cost more than the run itself). The first wrong
-    answer of a joined batch is the first of the candidates in order."""
+    few at a time; one executor run per candidate cost more than the run itself), each with the
+    inputs of each kind it holds ([(kind, count)]; a batch naming no kind was planted from the
+    failed step's hint). The first wrong answer of a joined batch is the first of the candidates in order."""
     held: list = []
     count = 0
-    for b in batches:
+    for b in (part for whole in batches for part in _split(whole, size)):
         if held and (count + len(b) > size or not Batch.joinable(held[-1], b)):
-            yield Batch.join(held)
+            yield Batch.join(held), [(h.kind or "planted", len(h)) for h in held]
             held, count = [], 0
         held.append(b)
         count += len(b)
     if held:
-        yield Batch.join(held)
+        yield Batch.join(held), [(h.kind or "planted", len(h)) for h in held]
+
+
+def _split(batch: Batch, size: int) -> Any:
+    """``batch`` in pieces of at most ``size`` inputs (the search's time budget is checked between them)."""
+    if len(batch) <= size or not isinstance(batch.tokens, np.ndarray):
+        yield batch
+        return
+    for lo in range(0, len(batch), size):
+        yield batch.take(np.arange(lo, min(len(batch), lo + size)))

@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from exactformer.constructions.blocks.base import Unproven
+from exactformer.constructions.core.proof import Unproven
 from exactformer.constructions.blocks.mlp import mlp_image
 from exactformer.constructions.core.ir import CompiledModel
 from exactformer.constructions.core.task import same_answer

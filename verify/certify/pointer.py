@@ -35,7 +35,8 @@ from typing import Any
 
 import numpy as np
 
-from exactformer.constructions.blocks.base import PointerHead, Unproven
+from exactformer.constructions.blocks.base import PointerHead
+from exactformer.constructions.core.proof import Unproven
 from exactformer.constructions.codes.tokens import max_other_inner
 from exactformer.constructions.core.pointers import Copy, Noisy, PointerContext, Source, TokenAt, Zero, describe
 from exactformer.precision.boxes import Box

@@ -45,11 +45,11 @@ from typing import Any, Callable
 
 import numpy as np
 
-from exactformer.constructions.blocks.base import Unproven
+from exactformer.constructions.core.proof import Unproven
 from exactformer.constructions.core.recurrent import RNNModel
 from exactformer.constructions.core.spec import REJECT, Automaton
 from exactformer.precision import FixedPoint, Format
-from exactformer.verify.certify.composed import CertificateResult, certify, refuted
+from exactformer.verify.certify.composed import SEARCH_SECONDS, CertificateResult, certify, refuted
 from exactformer.verify.certify.layers import answer_map
 from exactformer.verify.certify.spec_check import check_spec
 from exactformer.verify.executor.recurrent import Weights, step
@@ -189,7 +189,8 @@ def prove(model: RNNModel, fmt: Format, spec: Automaton, arithmetic: str, detail
 @certify.register
 def certify_recurrent(model: RNNModel, fmt: Format, task: Any, device: str = "cpu",
                       run_candidates: Callable[[Any, Any], dict | None] | None = None,
-                      progress: Callable[[str], None] | None = None, arithmetic: str | None = None) -> CertificateResult:
+                      progress: Callable[[str], None] | None = None, arithmetic: str | None = None,
+                      search_seconds: float = SEARCH_SECONDS) -> CertificateResult:
     """Prove ``model`` answers as the task's automaton on every string of every length (module
     docstring), or return the counterexample the exploration finds, or "unproven" with the reason.
     Never raises on a model."""
@@ -208,7 +209,7 @@ def certify_recurrent(model: RNNModel, fmt: Format, task: Any, device: str = "cp
                                      time.perf_counter() - t0)
         batch = task.batch(model, *task.to_arrays(model, [string]), kind="closure")
         return refuted(model, task, f"the string {string} leads to a pair that answers wrong", {}, run_candidates,
-                       details, t0, candidates=[batch])
+                       details, t0, candidates=[batch], search_seconds=search_seconds, progress=progress)
     except Unproven as e:
         reason = e.reason
     except (ValueError, NotImplementedError) as e:
@@ -217,4 +218,5 @@ def certify_recurrent(model: RNNModel, fmt: Format, task: Any, device: str = "cp
         reason = f"a field the certificate reads is missing: {e}"
     except Exception as e:  # a certificate never raises on a model; a bug here is reported, never a pass
         reason = f"internal error {type(e).__name__}: {e}"
-    return refuted(model, task, reason, {}, run_candidates, details, t0)
+    return refuted(model, task, reason, {}, run_candidates, details, t0, search_seconds=search_seconds,
+                   progress=progress)

@@ -36,7 +36,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from exactformer.constructions.blocks.base import CertContext, Unproven
+from exactformer.constructions.core.proof import CertContext, Unproven
 from exactformer.constructions.core.ir import CompiledModel
 from exactformer.constructions.core.runs import (Classes, Counting, CountVar, Declined, DomainRuns, FeatureKey, Lookup,
                                                  PtrVar, RunState, Segment, TokVar, join, run_constant)

@@ -28,7 +28,7 @@ from typing import Any, Iterable
 
 import numpy as np
 
-from exactformer.constructions.blocks.base import Unproven
+from exactformer.constructions.core.proof import Unproven
 from exactformer.constructions.core.task import same_answer
 
 SMALL_INPUTS = 1 << 16  # every input of the small build below this many

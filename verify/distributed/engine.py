@@ -27,7 +27,7 @@ from collections import deque
 from contextlib import contextmanager
 from typing import Any, Callable, Iterator
 
-from exactformer.verify.verifier import VerifyError
+from exactformer.verify.errors import VerifyError
 
 SCHEDULER_ENV = "DASK_SCHEDULER_ADDRESS"
 RETRIES = 3  # a job's resubmissions after its worker died

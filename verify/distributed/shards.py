@@ -27,7 +27,6 @@ from typing import Any, Callable
 import numpy as np
 
 from exactformer.verify.distributed.engine import pool
-from exactformer.verify.verifier import check_batches, task_of
 
 SHARD_SAMPLES = 1 << 12  # random inputs per sample shard (and as many adversarial ones)
 SHARDS_PER_WORKER = 2  # exhaustive shards per worker (a slow shard does not hold the others up)
@@ -38,14 +37,14 @@ def shard_seed(seed: int, shard: int) -> int:
     return int(np.random.SeedSequence([seed, shard]).generate_state(1)[0])
 
 
-def _summaries(model: Any, fmt: Any, batches: Any, device: str, arithmetic: str,
-               keep: Callable[[int], bool]) -> list[dict[str, Any]]:
+def _summaries(model: Any, fmt: Any, batches: Any, device: str, arithmetic: str, keep: Callable[[int], bool],
+               check: Callable) -> list[dict[str, Any]]:
     """One summary per kept batch (by its index in ``batches``), up to the first wrong answer."""
     out = []
     for i, b in enumerate(batches):
         if not keep(i):
             continue
-        covered, cex, margin, counts = check_batches(model, fmt, [b], device, arithmetic=arithmetic)
+        covered, cex, margin, counts = check(model, fmt, [b], device, arithmetic=arithmetic)
         out.append({"index": i, "covered": covered, "counterexample": cex, "counts": counts,
                     "min_margin": None if margin is None else str(margin)})
         if cex is not None:
@@ -55,21 +54,22 @@ def _summaries(model: Any, fmt: Any, batches: Any, device: str, arithmetic: str,
 
 def run_shard(spec: dict[str, Any]) -> list[dict[str, Any]]:
     """A worker's share (see the module docstring): ``spec`` holds the model, its format name, the
-    arithmetic, the device, the mode and the shard (exhaustive: ``shard`` of ``shards``; sample:
-    ``shard``, ``count``, ``seed``)."""
+    arithmetic, the device, the mode, the model's task, the batch runner ``check`` (the verifier's
+    ``check_batches``) and the shard (exhaustive: ``shard`` of ``shards``; sample: ``shard``, ``count``, ``seed``)."""
     from exactformer.precision import parse_format
 
     model, fmt = spec["model"], parse_format(spec["fmt"])
-    task = task_of(model)
+    task = spec["task"]
     if spec["mode"] == "exhaustive":
         s, S = spec["shard"], spec["shards"]
-        return _summaries(model, fmt, task.exhaustive(model), spec["device"], spec["arithmetic"], lambda i: i % S == s)
+        return _summaries(model, fmt, task.exhaustive(model), spec["device"], spec["arithmetic"], lambda i: i % S == s,
+                          spec["check"])
 
     def both() -> Any:
         yield from task.adversarial(model, spec["count"], shard_seed(spec["seed"] + 1, spec["shard"]))
         yield from task.sample(model, spec["count"], shard_seed(spec["seed"], spec["shard"]))
 
-    return _summaries(model, fmt, both(), spec["device"], spec["arithmetic"], lambda i: True)
+    return _summaries(model, fmt, both(), spec["device"], spec["arithmetic"], lambda i: True, spec["check"])
 
 
 def merge(parts: list[tuple[tuple[int, int], dict[str, Any]]]) -> tuple[int, dict | None, Fraction | None, dict[str, int]]:
@@ -92,12 +92,15 @@ def merge(parts: list[tuple[tuple[int, int], dict[str, Any]]]) -> tuple[int, dic
 
 def sharded(model: Any, fmt: Any, mode: str, samples: int, seed: int, device: str, arithmetic: str,
             workers: int | None, scheduler: str | None,
-            progress: Callable[[int], None] | None = None) -> tuple[int, dict | None, Fraction | None, dict[str, int], str]:
-    """``mode`` (exhaustive or sample) over the engine's workers: what
-    :func:`~exactformer.verify.verifier.check_batches` returns, and how it was sharded (a phrase)."""
+            progress: Callable[[int], None] | None = None, *,
+            task: Any, check: Callable) -> tuple[int, dict | None, Fraction | None, dict[str, int], str]:
+    """``mode`` (exhaustive or sample) of ``model`` and its ``task`` over the engine's workers: what ``check`` (the verifier's
+    :func:`~exactformer.verify.verifier.check_batches`, passed down: the verifier imports this module,
+    never the other way round) returns, and how it was sharded (a phrase)."""
     with pool(workers, scheduler) as jobs:
         shared = jobs.share(model)
-        base = {"model": shared, "fmt": fmt.name, "device": device, "arithmetic": arithmetic, "mode": mode}
+        base = {"model": shared, "fmt": fmt.name, "device": device, "arithmetic": arithmetic, "mode": mode,
+                "task": task, "check": check}
         if mode == "exhaustive":
             S = max(1, jobs.workers * SHARDS_PER_WORKER)
             for s in range(S):
