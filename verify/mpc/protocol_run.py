@@ -119,8 +119,9 @@ class _Checker:
         if not isinstance(a, np.ndarray) or a.dtype.kind not in "iu":
             self.fail("int arrays", f"{what} must be a numpy integer array, got {type(a).__name__}"
                       + (f" of dtype {a.dtype}" if isinstance(a, np.ndarray) else ""))
-        if a.ndim not in ndims or a.shape[:2] != (B, self.p.n) or any(a.shape[k] != v for k, v in (dims or {}).items()):
-            self.fail("shapes", f"{what} has shape {list(a.shape)}; expected [B={B}, n={self.p.n}, ...] "
+        P = self.p.n_machines
+        if a.ndim not in ndims or a.shape[:2] != (B, P) or any(a.shape[k] != v for k, v in (dims or {}).items()):
+            self.fail("shapes", f"{what} has shape {list(a.shape)}; expected [B={B}, P={P}, ...] "
                                 f"with {' or '.join(str(d) for d in ndims)} dimensions"
                                 + (f" and sizes {dims}" if dims else ""))
         return a.astype(np.int64, copy=False)
@@ -372,7 +373,7 @@ def _resolve_table(chk: _Checker, t: Table, pub: Publish | None, look, B: int, n
 
 def _round(protocol: Protocol, r: int, rnd: Round, mem: Memory, B: int, usage: RoundUsage) -> Memory:
     chk = _Checker(protocol, r, rnd.name)
-    n, s = protocol.n, protocol.memory
+    n, s = protocol.n_machines, protocol.memory
     step = rnd.step(mem)
     if not isinstance(step, Step):
         chk.fail("Step", f"step must return a Step, got {type(step).__name__}")
@@ -408,7 +409,7 @@ def trace(protocol: Protocol, inputs) -> Iterator[RoundState]:
     B = x.shape[0]
     chk = _Checker(protocol, 0, INIT)
     mem = _check_memory(chk, protocol.init(x), B)
-    held = sum((_words(a) for a in mem.values()), np.zeros((B, protocol.n), dtype=np.int64))
+    held = sum((_words(a) for a in mem.values()), np.zeros((B, protocol.n_machines), dtype=np.int64))
     chk.at_most(held, protocol.memory, f"s = {protocol.memory} words of memory", "holds words after init:")
     yield RoundState(0, INIT, mem, RoundUsage(0, INIT, memory=int(held.max())))
     for r, rnd in enumerate(protocol.rounds, start=1):
@@ -421,7 +422,10 @@ def output(protocol: Protocol, mem: Memory, B: int) -> np.ndarray:
     """ψ applied to the final memory, checked to be int64 [B, n] answers (−1 = ⊥)."""
     out = protocol.output(mem)
     chk = _Checker(protocol, len(protocol.rounds), "output")
-    out = chk.array(out, "output", B, (2,))
+    if not isinstance(out, np.ndarray) or out.dtype.kind not in "iu" or out.shape != (B, protocol.n):
+        chk.fail("shapes", f"output must be an int array [B={B}, n={protocol.n}], got "
+                           f"{getattr(out, 'dtype', type(out).__name__)} {list(np.shape(out))}")
+    out = out.astype(np.int64, copy=False)
     chk.words(out, "output", allow_empty=True)
     return out
 
