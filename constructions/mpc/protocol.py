@@ -273,3 +273,14 @@ def present_rows(a: np.ndarray) -> np.ndarray:
 def bits_for(count: int) -> int:
     """Bits of a word that can hold every integer in ``[0, count)`` (at least 1)."""
     return max(1, (int(count) - 1).bit_length())
+
+
+def twos(v: np.ndarray, p: int) -> np.ndarray:
+    """Signed integers as p-bit words (Def. 2.3: elements of Z_{2^p}), two's complement."""
+    return np.asarray(v, dtype=np.int64) & ((1 << p) - 1)
+
+
+def signed(w: np.ndarray, p: int) -> np.ndarray:
+    """p-bit words as signed integers (two's complement); ⊥ (−1: nothing there) reads as 0."""
+    w = np.where(w < 0, 0, w)
+    return np.where(w >= 1 << (p - 1), w - (1 << p), w)

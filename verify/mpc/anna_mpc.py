@@ -48,7 +48,7 @@ import numpy as np
 
 from exactformer.constructions.mpc.library import down_route, levels, up_route
 from exactformer.constructions.mpc.program import HeadOut, State
-from exactformer.constructions.mpc.protocol import Memory, Protocol, Round, Send, Step
+from exactformer.constructions.mpc.protocol import Memory, Protocol, Round, Send, Step, signed, twos
 from exactformer.constructions.mpc.sorting import ColumnsortPlan, columnsort_plan
 from exactformer.precision import FixedPoint
 from exactformer.verify.attention.ema import _weights, check_fmt
@@ -311,15 +311,6 @@ def _layer_plan(li: int, heads: tuple[HeadPlan, ...], bundle: int, state_words: 
 # ------------------------------------------------------------------------------------------------
 
 
-def _twos(v: np.ndarray, p: int) -> np.ndarray:
-    return np.asarray(v, dtype=np.int64) & ((1 << p) - 1)
-
-
-def _signed(w: np.ndarray, p: int) -> np.ndarray:
-    w = np.where(w < 0, 0, w)  # ⊥ (nothing received) reads as 0
-    return np.where(w >= 1 << (p - 1), w - (1 << p), w)
-
-
 def _pack_points(pts: np.ndarray, lh: LSHHead, p: int, words: int) -> np.ndarray:
     """[..., dim] coordinates -> [..., words] p-bit words (point_bits each, two's complement)."""
     pb = lh.point_bits
@@ -347,31 +338,33 @@ class _Outbox:
 
     def __init__(self, B: int, P: int):
         self.B, self.P = B, P
-        self.parts: list[tuple[np.ndarray, ...]] = []
+        self.blocks: list[tuple[np.ndarray, ...]] = []
 
-    def add(self, src, dest, slot, word) -> None:
-        """Arrays broadcastable to one shape whose axis 0 is the batch; ⊥ words (< 0) and
-        destinations < 0 send nothing."""
-        b = np.arange(self.B).reshape((self.B,) + (1,) * (np.ndim(word) - 1))
-        b, src, dest, slot, word = np.broadcast_arrays(b, src, dest, slot, word)
-        ok = (dest >= 0) & (word >= 0)
-        self.parts.append(tuple(a[ok].astype(np.int64) for a in (b, src, dest, slot, word)))
+    def add(self, rows, dest, slot, word) -> None:
+        """Messages of the machines ``rows`` (distinct machine ids, any shape R): ``dest``, ``slot``,
+        ``word`` broadcast to [B, *R, *m], m words per machine; ⊥ words (< 0) and destinations < 0
+        send nothing. Blocks of one machine follow each other in its message list."""
+        rows = np.asarray(rows)
+        dest, slot, word = np.broadcast_arrays(dest, slot, word)
+        shape = np.broadcast_shapes(dest.shape, (self.B,) + rows.shape + (1,) * (dest.ndim - 1 - rows.ndim))
+        dest, slot, word = (np.broadcast_to(a, shape).reshape(self.B, rows.size, -1) for a in (dest, slot, word))
+        self.blocks.append((rows.reshape(-1), np.where(word >= 0, dest, -1), slot, word))
 
     def send(self) -> Send | None:
-        if not self.parts:
+        if not self.blocks:
             return None
-        b, src, dest, slot, word = (np.concatenate(x) for x in zip(*self.parts))
-        if not b.size:
-            return None
-        key = b * self.P + src
-        order = np.argsort(key, kind="stable")
-        key, b, src, dest, slot, word = (a[order] for a in (key, b, src, dest, slot, word))
-        idx = np.arange(key.size) - np.searchsorted(key, key)
-        m = int(idx.max()) + 1
+        fill = np.zeros(self.P, dtype=np.int64)
+        offsets = []
+        for rows, dest, _, _ in self.blocks:
+            offsets.append(fill[rows].copy())
+            fill[rows] += dest.shape[2]
+        m = int(fill.max())
         D = np.full((self.B, self.P, m), -1, dtype=np.int64)
         S = np.zeros((self.B, self.P, m), dtype=np.int64)
         W = np.zeros((self.B, self.P, m), dtype=np.int64)
-        D[b, src, idx], S[b, src, idx], W[b, src, idx] = dest, slot, word
+        for (rows, dest, slot, word), off in zip(self.blocks, offsets):
+            cols = off[:, None] + np.arange(dest.shape[2])
+            D[:, rows[:, None], cols], S[:, rows[:, None], cols], W[:, rows[:, None], cols] = dest, slot, word
         return Send(D, S, W)
 
 
@@ -509,7 +502,7 @@ class _Builder:
                     raise ANNAMPCError(f"head {head.name!r}: key words beyond p = {self.p} bits")
             else:
                 q, k = _pack_points(q, h.lsh, self.p, h.point_words), _pack_points(k, h.lsh, self.p, h.point_words)
-            parts += [q, k, _twos(v, self.p)]
+            parts += [q, k, twos(v, self.p)]
         return np.concatenate(parts, axis=-1)
 
     def head_parts(self, lp: LayerPlan, bundle: np.ndarray, h: HeadPlan) -> tuple[np.ndarray, ...]:
@@ -532,12 +525,12 @@ class _Builder:
         B = inbox.shape[0]
         out = []
         if lp.workers == 0:  # results per pair: (S_t, C_t), dv + 1 words each
-            res = _signed(inbox[..., :lp.pairs * (lp.value_words + 1)].reshape(B, N, lp.pairs, lp.value_words + 1), p)
+            res = signed(inbox[..., :lp.pairs * (lp.value_words + 1)].reshape(B, N, lp.pairs, lp.value_words + 1), p)
             for h in lp.heads:
                 r = res[:, :, h.pair0:h.pair0 + h.tables].sum(axis=2)
                 out.append((r[..., :h.value_words], r[..., lp.value_words]))
             return out
-        parts = _signed(inbox[..., :lp.tree_fan * lp.partial].reshape(B, N, lp.tree_fan, lp.partial), p).sum(axis=2)
+        parts = signed(inbox[..., :lp.tree_fan * lp.partial].reshape(B, N, lp.tree_fan, lp.partial), p).sum(axis=2)
         off = 0
         for h in lp.heads:
             out.append((parts[..., off:off + h.value_words], parts[..., off + h.value_words]))
@@ -604,7 +597,7 @@ class _Builder:
             tgt = np.where(lead[None], self.tree_machine(lp, i, np.maximum(dest, 0)[None]), -1)  # [N, G + 1, F − 1]
             data = bundles[:, src[..., 0]]  # [B, N, G + 1, U_b]
             ob = _Outbox(B, self.P)
-            ob.add(src[None, ..., None], tgt[None, ..., None], np.arange(lp.bundle), data[:, :, :, None, :])
+            ob.add(src[..., 0], tgt[None, ..., None], np.arange(lp.bundle), data[:, :, :, None, :])
             return Step(keep, send=ob.send())
 
         return step
@@ -661,7 +654,7 @@ class _Builder:
                         item = np.concatenate([code, np.broadcast_to(np.where(code[..., :1] < 0, -1, origin[None, :, None, None]),
                                                                      code.shape[:3] + (1,))], axis=-1)
                         w = np.arange(lp.item_words)
-                        ob.add(wm[None, :, None, None], dest[None, :, :, None], base[None, :, :, None] + w, item)
+                        ob.add(wm, dest[None, :, :, None], base[None, :, :, None] + w, item)
             return Step(keep, send=ob.send())
 
         return step
@@ -675,9 +668,16 @@ class _Builder:
         items = mem["inbox"][:, lo:lo + lp.pairs * M, :k * w].reshape(B, lp.pairs, M, k, w)
         flat = items.reshape(-1, k, w)
         empty = flat[..., 0] < 0
-        cols = [flat[..., c] for c in range(w - 1, -1, -1)]
-        keys = cols + [empty, np.broadcast_to(np.arange(flat.shape[0])[:, None], empty.shape)]
-        order = np.lexsort([a.reshape(-1) for a in keys]).reshape(flat.shape[0], k) % k
+        bits = [int(flat[..., c].max(initial=0)).bit_length() for c in range(w)]
+        if sum(bits) <= 62:  # one int64 per item, in the order of the words; empty items last
+            key = np.zeros(flat.shape[:2], dtype=np.int64)
+            for c in range(w):
+                key = (key << bits[c]) | np.maximum(flat[..., c], 0)
+            order = np.argsort(np.where(empty, np.iinfo(np.int64).max, key), axis=-1, kind="stable")
+        else:
+            cols = [flat[..., c] for c in range(w - 1, -1, -1)]
+            keys = cols + [empty, np.broadcast_to(np.arange(flat.shape[0])[:, None], empty.shape)]
+            order = np.lexsort([a.reshape(-1) for a in keys]).reshape(flat.shape[0], k) % k
         return np.take_along_axis(flat, order[..., None], axis=1).reshape(items.shape)
 
     def _sort(self, lp: LayerPlan, perm: np.ndarray):
@@ -687,13 +687,12 @@ class _Builder:
             keep = {k: v for k, v in mem.items() if k != "inbox"}
             ob = _Outbox(B, self.P)
             M, k, w = lp.sort_machines, lp.sort_per, lp.item_words
-            tau = np.arange(lp.pairs)[:, None]
-            src = self.N + tau * M + (np.arange(M * k) // k)[None, :]  # [T, M k]
-            dst = perm[None, :]
-            dest = self.N + tau * M + dst // k
+            tau = np.arange(lp.pairs)[:, None, None]
+            rows = self.N + tau[..., 0] * M + np.arange(M)[None, :]  # [T, M]
+            dst = perm.reshape(1, M, k)
+            dest = self.N + tau * M + dst // k  # [T, M, k]
             slot = (dst % k) * w
-            data = items.reshape(B, lp.pairs, M * k, w)
-            ob.add(src[None, :, :, None], dest[None, :, :, None], slot[None, :, :, None] + np.arange(w), data)
+            ob.add(rows, dest[None, ..., None], slot[None, ..., None] + np.arange(w), items)
             return Step(keep, send=ob.send())
 
         return step
@@ -718,14 +717,13 @@ class _Builder:
             is_key = (origin >= 0) & (origin < N)
             tok = np.where(is_key, origin, 0)
             dest = np.where(is_key, self.worker(lp, tok, tau // lp.per_worker), -1)
-            src = N + tau * M + mu  # [T, M, 1]
-            ob.add(src[None], dest, np.broadcast_to(tau % lp.per_worker, dest.shape), np.broadcast_to(rank, dest.shape))
+            rows = N + tau[..., 0] * M + mu[..., 0]  # [T, M]
+            ob.add(rows, dest, tau % lp.per_worker, rank)
             # each sort machine's last code to the next machine of its group
             last = items[:, :, :-1, -1, :lp.code_words]  # [B, T, M − 1, kw]
             if M > 1:
                 nxt = N + tau[..., 0] * M + np.arange(1, M)[None, :]  # [T, M − 1]
-                ob.add((nxt - 1)[None, ..., None], nxt[None, ..., None],
-                       lp.per_worker + np.arange(lp.code_words), last)
+                ob.add(nxt - 1, nxt[None, ..., None], lp.per_worker + np.arange(lp.code_words), last)
             return Step(keep, send=ob.send())
 
         return step
@@ -755,9 +753,9 @@ class _Builder:
             rank = np.arange(M)[None, :, None] * k + np.arange(k)[None, None, :]
             vm = N + tau * lp.value_machines + rank // lp.value_per
             vslot = (rank % lp.value_per) * lp.value_item
-            src = N + tau * M + np.arange(M)[None, :, None]
+            rows = N + tau[..., 0] * M + np.arange(M)[None, :]
             data = np.stack([start.astype(np.int64), kind, origin], axis=-1)
-            ob.add(src[None, ..., None], np.where(real, vm, -1)[..., None], vslot[None, ..., None] + np.arange(3), data)
+            ob.add(rows, np.where(real, vm, -1)[..., None], vslot[None, ..., None] + np.arange(3), data)
             # workers: the value of each key item to its rank
             i = np.arange(N)
             for g in range(max(1, lp.workers)):
@@ -776,7 +774,7 @@ class _Builder:
                     r = ranks[:, :, tau_h - lo]  # [B, N, T]
                     dest = np.where(r >= 0, N + tau_h[None, None, :] * lp.value_machines + np.maximum(r, 0) // lp.value_per, -1)
                     slot = (np.maximum(r, 0) % lp.value_per) * lp.value_item + 3
-                    ob.add(wm[None, :, None, None], dest[..., None], slot[..., None] + np.arange(h.value_words),
+                    ob.add(wm, dest[..., None], slot[..., None] + np.arange(h.value_words),
                            np.broadcast_to(v[:, :, None, :], r.shape + (h.value_words,)))
             return Step(keep, send=ob.send())
 
@@ -792,7 +790,7 @@ class _Builder:
         """(run start [.., k] bool, key [.., k] bool, payload [.., k, dv + 1] signed: (value, 1) of keys)."""
         start = items[..., 0] == 1
         key = items[..., 1] == 1
-        val = _signed(items[..., 3:3 + lp.value_words], self.p)
+        val = signed(items[..., 3:3 + lp.value_words], self.p)
         pay = np.concatenate([val, np.ones(val.shape[:-1] + (1,), dtype=np.int64)], axis=-1)
         return start, key, np.where(key[..., None], pay, 0)
 
@@ -809,7 +807,7 @@ class _Builder:
         return f, np.where(last[..., None], pay, 0).sum(axis=-2)
 
     def _summary_words(self, f: np.ndarray, t: np.ndarray) -> np.ndarray:
-        return np.concatenate([f[..., None].astype(np.int64), _twos(t, self.p)], axis=-1)
+        return np.concatenate([f[..., None].astype(np.int64), twos(t, self.p)], axis=-1)
 
     def _up(self, lp: LayerPlan, lev: int):
         N = self.N
@@ -834,7 +832,7 @@ class _Builder:
             src = N + tau * M + np.arange(M)[None, :]
             d = np.where(lead[None, :], N + tau * M + dest[None, :], -1)
             ob = _Outbox(B, self.P)
-            ob.add(src[None, ..., None], d[None, ..., None], (slot * U)[None, None, :, None] + np.arange(U),
+            ob.add(src, d[None, ..., None], (slot * U)[None, None, :, None] + np.arange(U),
                    self._summary_words(f, t))
             return Step(keep, send=ob.send())
 
@@ -843,7 +841,7 @@ class _Builder:
     def _combine(self, kids: np.ndarray, lp: LayerPlan) -> tuple[np.ndarray, np.ndarray]:
         """A block's summary from its children's summary words [..., F, U] (⊥: no child)."""
         f = kids[..., 0] == 1
-        t = _signed(kids[..., 1:], self.p)
+        t = signed(kids[..., 1:], self.p)
         acc_f = np.zeros(f.shape[:-1], bool)
         acc_t = np.zeros(t.shape[:-2] + t.shape[-1:], dtype=np.int64)
         for c in range(kids.shape[-2]):
@@ -867,20 +865,20 @@ class _Builder:
                 del keep[f"v.sum{lev}"]
                 carry = self._carry(mem, lp)
             f = kids[..., 0] == 1
-            t = _signed(kids[..., 1:], self.p)
+            t = signed(kids[..., 1:], self.p)
             carries = [carry]
             for c in range(F - 1):
                 carries.append(self._fold(carries[-1], f[..., c], t[..., c, :]))
             out = np.stack(carries[1:], axis=-2)  # [B, T, M, F − 1, dv + 1]: child u = 1 .. F − 1
             store = np.full((B, self.P, lp.value_words + 1), -1, dtype=np.int64)
-            store[:, rows] = _twos(carry, self.p).reshape(B, lp.pairs * M, -1)
+            store[:, rows] = twos(carry, self.p).reshape(B, lp.pairs * M, -1)
             keep["v.carry"] = store
             lead, dest = down_route(M, F, lev)  # [M, F − 1]
             tau = np.arange(lp.pairs)[:, None, None]
-            src = N + tau * M + np.arange(M)[None, :, None]
+            src = N + tau[..., 0] * M + np.arange(M)[None, :]
             d = np.where(lead[None], N + tau * M + np.maximum(dest, 0)[None], -1)
             ob = _Outbox(B, self.P)
-            ob.add(src[None, ..., None], d[None, ..., None], np.arange(lp.value_words + 1), _twos(out, self.p))
+            ob.add(src, d[None, ..., None], np.arange(lp.value_words + 1), twos(out, self.p))
             return Step(keep, send=ob.send())
 
         return step
@@ -893,7 +891,7 @@ class _Builder:
         got = mem["inbox"][:, rows, :lp.value_words + 1]
         has = (got >= 0).all(axis=-1, keepdims=True)
         kept = mem["v.carry"][:, rows] if "v.carry" in mem else np.zeros_like(got)
-        return _signed(np.where(has, got, kept), self.p).reshape(B, lp.pairs, M, -1)
+        return signed(np.where(has, got, kept), self.p).reshape(B, lp.pairs, M, -1)
 
     # results -------------------------------------------------------------------------------------------
     def _results(self, lp: LayerPlan):
@@ -922,11 +920,11 @@ class _Builder:
             tau = np.arange(lp.pairs)[:, None, None]
             dest = np.where(query, self.worker(lp, tok, tau // lp.per_worker), -1)
             slot = (tau % lp.per_worker) * (lp.value_words + 1)
-            src = N + tau * M + np.arange(M)[None, :, None]
+            src = N + tau[..., 0] * M + np.arange(M)[None, :]
             keep = self.token_fields(mem)
             ob = _Outbox(B, self.P)
-            ob.add(src[None, ..., None], dest[..., None], slot[None, ..., None] + np.arange(lp.value_words + 1),
-                   _twos(run, self.p))
+            ob.add(src, dest[..., None], slot[None, ..., None] + np.arange(lp.value_words + 1),
+                   twos(run, self.p))
             return Step(keep, send=ob.send())
 
         return step
@@ -945,7 +943,7 @@ class _Builder:
             part = np.zeros((B, N, G + 1, lp.partial), dtype=np.int64)
             if lev == 1:  # the workers' own pairs
                 dvp = lp.value_words + 1
-                res = _signed(inbox[..., :lp.per_worker * dvp].reshape(B, N, G + 1, lp.per_worker, dvp), p)
+                res = signed(inbox[..., :lp.per_worker * dvp].reshape(B, N, G + 1, lp.per_worker, dvp), p)
                 off = 0
                 for h in lp.heads:
                     for g in range(G):
@@ -957,14 +955,14 @@ class _Builder:
                             part[:, :, g + 1, off + h.value_words] = r[..., lp.value_words]
                     off += h.value_words + 1
             else:
-                kids = _signed(inbox[..., :lp.tree_fan * lp.partial].reshape(B, N, G + 1, lp.tree_fan, lp.partial), p)
+                kids = signed(inbox[..., :lp.tree_fan * lp.partial].reshape(B, N, G + 1, lp.tree_fan, lp.partial), p)
                 part = kids.sum(axis=3)
             lead, dest, slot = up_route(G + 1, lp.tree_fan, lev)
             sender = lead & ((np.arange(G + 1) > 0) | (lev > 1))  # the token (node 0) holds no pairs of its own
             d = np.where(sender[None, :], self.tree_machine(lp, i, dest[None, :]), -1)  # [N, G + 1]
             ob = _Outbox(B, self.P)
-            ob.add(machines[None, ..., None], d[None, ..., None], (slot * lp.partial)[None, None, :, None]
-                   + np.arange(lp.partial), _twos(part, p))
+            ob.add(machines, d[None, ..., None], (slot * lp.partial)[None, None, :, None]
+                   + np.arange(lp.partial), twos(part, p))
             return Step(keep, send=ob.send())
 
         return step

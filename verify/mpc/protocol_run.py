@@ -165,14 +165,13 @@ def _check_memory(chk: _Checker, mem, B: int, reserved: tuple[str, ...] = ()) ->
     return out
 
 
-def _distinct_per_row(v: np.ndarray) -> np.ndarray:
-    """Number of distinct entries >= 0 in each row of [B, n, m]."""
-    if v.shape[-1] == 0:
-        return np.zeros(v.shape[:2], dtype=np.int64)
+def _distinct_per_row(v: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """For rows [B, n, m] of entries (>= 0; −1: none): the number of distinct entries per row [B, n],
+    and each distinct (row, entry) pair once: (batch index, entry)."""
     s = np.sort(v, axis=-1)
     new = s >= 0
     new[..., 1:] &= s[..., 1:] != s[..., :-1]
-    return new.sum(axis=-1)
+    return new.sum(axis=-1), np.nonzero(new)[0], s[new]
 
 
 def _deliver_sends(chk: _Checker, rnd: Round, send: Send | None, B: int, n: int, usage: RoundUsage):
@@ -192,7 +191,7 @@ def _deliver_sends(chk: _Checker, rnd: Round, send: Send | None, B: int, n: int,
     sent = valid.sum(axis=-1)
     if not valid.any():
         return (np.full((B, n, rnd.slots), -1, dtype=np.int64) if rnd.slots else None), sent
-    ndest = _distinct_per_row(np.where(valid, dest, -1))
+    ndest, pb, pd = _distinct_per_row(np.where(valid, dest, -1))
     usage.destinations = max(usage.destinations, int(ndest.max()))
     chk.at_most(ndest, rnd.sends, f"declared destinations α = {rnd.sends}", "sends to distinct machines:")
     bi, ii, mi = np.nonzero(valid)
@@ -207,18 +206,17 @@ def _deliver_sends(chk: _Checker, rnd: Round, send: Send | None, B: int, n: int,
         k = int(np.argmax(bad))
         chk.fail(f"message words in [0, 2^{chk.p.word_bits})", f"message word {int(w[k])}", (int(bi[k]), int(ii[k])))
     code = (bi * n + d) * rnd.slots + sl
-    order = np.argsort(code, kind="stable")
-    cs = code[order]
-    dup = np.flatnonzero(cs[1:] == cs[:-1])
-    if dup.size:
+    if np.bincount(code, minlength=B * n * rnd.slots).max() > 1:  # find the first collision
+        order = np.argsort(code, kind="stable")
+        cs = code[order]
+        dup = np.flatnonzero(cs[1:] == cs[:-1])
         k1, k2 = order[dup[0]], order[dup[0] + 1]
         chk.fail("one message per inbox slot",
                  f"two messages into slot {int(sl[k2])} of machine {int(d[k2])} (from machines "
                  f"{int(ii[k1])} and {int(ii[k2])})", (int(bi[k2]), int(d[k2])))
     inbox = np.full((B, n, rnd.slots), -1, dtype=np.int64)
     inbox[bi, d, sl] = w
-    pair = np.unique((bi * n + d) * n + ii)
-    usage.senders = max(usage.senders, int(np.bincount(pair // n).max()))
+    usage.senders = max(usage.senders, int(np.bincount(pb * n + pd).max()))
     return inbox, sent
 
 
