@@ -212,6 +212,37 @@ def _check_float(v: Any, name: str, lo: float, hi: float) -> float:
     return f
 
 
+def _sizes(T: ANNATransformer) -> tuple[int, list[tuple[HeadPlan, ...]], list[int], int, int]:
+    """(token state words, the heads of every layer, bundle words per layer, the width W, word bits p)."""
+    N = T.n
+    state_words, dims = _widths(T)
+    max_tables = max([1] + [t for li in range(T.layers) for t in T.tables(li)])
+    # words: origins and ranks below 4N; sums of ℓ·N values of value_bits bits (two's complement)
+    p = max(T.program.word_bits, (4 * N).bit_length() + 1, T.value_bits + (N * max_tables).bit_length() + 1,
+            max([1] + [h.lsh.symbol_bits for hs in T.hashing for h in hs if h is not None]))
+    if p > MAX_WORD_BITS:
+        raise ANNAMPCError(f"word bits: the sums need p = {p} > {MAX_WORD_BITS} bits (value_bits {T.value_bits}, "
+                           f"N = {N}, ℓ <= {max_tables})")
+    heads_of, bundles = [], []
+    for li, hs in enumerate(T.hashing):
+        heads, pair0 = [], 0
+        for head, lh, (kw, dv) in zip(T.program.layers[li].heads, hs, dims[li]):
+            ell = 1 if lh is None else lh.lsh.tables
+            heads.append(HeadPlan(head.name, lh, ell, _point_words(lh, kw, p), dv, _code_words(lh, kw, p), pair0))
+            pair0 += ell
+        heads_of.append(tuple(heads))
+        bundles.append(sum(2 * h.point_words + h.value_words for h in heads))
+    return state_words, heads_of, bundles, max([state_words] + bundles), p
+
+
+def width_exponent(T: ANNATransformer) -> float:
+    """ε = log_N W for the transformer's width W (words per token: its state, or the queries, keys and
+    values of a layer's heads, whichever is larger): the default ε of :func:`plan`."""
+    if not isinstance(T, ANNATransformer) or T.n < 2:
+        raise ANNAMPCError("T: must be an ANNATransformer with N >= 2 tokens")
+    return math.log(_sizes(T)[3]) / math.log(T.n)
+
+
 class _NoRoom(Exception):
     """s words do not hold one part of a machine (the message says which)."""
 
@@ -228,25 +259,7 @@ def plan(T: ANNATransformer, eps_prime: float, eps: float | None = None, memory:
         raise ANNAMPCError(f"n: the simulation needs N >= 2 tokens, got {N}")
     if memory is not None and (isinstance(memory, bool) or not isinstance(memory, (int, np.integer)) or memory < 1):
         raise ANNAMPCError(f"memory: must be an integer >= 1 (s, words per machine), got {memory!r}")
-    state_words, dims = _widths(T)
-    max_tables = max([1] + [t for li in range(T.layers) for t in T.tables(li)])
-    # words: origins and ranks below 4N; sums of ℓ·N values of value_bits bits (two's complement)
-    p = max(T.program.word_bits, (4 * N).bit_length() + 1, T.value_bits + (N * max_tables).bit_length() + 1,
-            max([1] + [h.lsh.symbol_bits for hs in T.hashing for h in hs if h is not None]))
-    if p > MAX_WORD_BITS:
-        raise ANNAMPCError(f"word bits: the sums need p = {p} > {MAX_WORD_BITS} bits (value_bits {T.value_bits}, "
-                           f"N = {N}, ℓ <= {max_tables})")
-    heads_of, bundles = [], []
-    for li, hs in enumerate(T.hashing):
-        heads, pair0 = [], 0
-        for lh, (kw, dv) in zip(hs, dims[li]):
-            ell = 1 if lh is None else lh.lsh.tables
-            heads.append(HeadPlan(T.program.layers[li].heads[len(heads)].name, lh, ell, _point_words(lh, kw, p), dv,
-                                  _code_words(lh, kw, p), pair0))
-            pair0 += ell
-        heads_of.append(tuple(heads))
-        bundles.append(sum(2 * h.point_words + h.value_words for h in heads))
-    width = max([state_words] + bundles)
+    state_words, heads_of, bundles, width, p = _sizes(T)
     e = math.log(width) / math.log(N) if eps is None else _check_float(eps, "eps", 0.0, math.inf)
     ep = _check_float(eps_prime, "eps_prime", e, e + 4)
     fan = max(2, math.ceil(N ** (ep - e) - 1e-9))
