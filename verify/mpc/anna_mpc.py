@@ -184,9 +184,17 @@ def _state_words(state: State, n: int) -> int:
 
 
 def _widths(T: ANNATransformer) -> tuple[int, list[list[tuple[int, int]]]]:
-    """(the largest token state in words, per layer and head (key words, value words)), from one
-    run on the all-zero input: state shapes do not depend on the input."""
-    words = max(_state_words(ls.state, T.n) for ls in ap.trace(T, np.zeros((1, T.n), dtype=np.int64)))
+    """(the largest token state in words, per layer and head (key words, value words)), from the
+    maps on the all-zero input with all-zero head outputs: state shapes depend on neither."""
+    n = T.n
+    state = T.program.init(np.zeros((1, n), dtype=np.int64))
+    words = _state_words(state, n)
+    for layer in T.program.layers:
+        st = layer.pre(state)
+        outs = tuple(HeadOut(np.zeros((1, n, h.value_words), dtype=np.int64), np.zeros((1, n), dtype=np.int64))
+                     for h in layer.heads)
+        state = layer.post(st, outs)
+        words = max(words, _state_words(state, n))
     return words, [[(h.key_words, h.value_words) for h in layer.heads] for layer in T.program.layers]
 
 
