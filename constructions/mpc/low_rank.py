@@ -149,9 +149,8 @@ def _state_words(state: State, n: int) -> int:
     return sum(int(np.prod(np.shape(a)[2:], dtype=np.int64)) for a in state.values())
 
 
-def plan(T: LowRankTransformer, eps_prime: float, eps: float | None = None) -> LowRankPlan:
-    """The simulation's sizes (module docstring); ``eps`` defaults to log_N W (W: the token's width
-    in words: its state, Q′ and Σ_h r_h·m_h)."""
+def _width(T: LowRankTransformer) -> tuple[int, int, int, tuple[int, ...], int]:
+    """(token state words, U = max Σ_h r_h·m_h, max Σ_h r_h, the layers with heads, the width W)."""
     if not isinstance(T, LowRankTransformer):
         raise LowRankError(f"T: must be a LowRankTransformer, got {type(T).__name__}")
     N = T.n
@@ -168,7 +167,18 @@ def plan(T: LowRankTransformer, eps_prime: float, eps: float | None = None) -> L
         outs = tuple(HeadOut(np.zeros((1, N, h.value_words), dtype=np.int64), 1) for h in layer.heads)
         state = layer.post(st, outs)
         words = max(words, _state_words(state, N))
-    width = max(words, U + Rq, 1)
+    return words, U, Rq, head_layers, max(words, U + Rq, 1)
+
+
+def width_exponent(T: LowRankTransformer) -> float:
+    """ε = log_N W, W the token's width in words (its state, or Q′ and Σ_h r_h·m_h): the default ε."""
+    return math.log(_width(T)[4]) / math.log(T.n)
+
+
+def plan(T: LowRankTransformer, eps_prime: float, eps: float | None = None) -> LowRankPlan:
+    """The simulation's sizes (module docstring); ``eps`` defaults to :func:`width_exponent`."""
+    words, U, Rq, head_layers, width = _width(T)
+    N = T.n
     e = math.log(width) / math.log(N) if eps is None else _number(eps, "eps", 0.0, math.inf)
     ep = _number(eps_prime, "eps_prime", e, e + 4)
     up_fan = max(2, math.ceil(N ** (ep - e) - 1e-9))

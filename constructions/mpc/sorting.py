@@ -30,6 +30,7 @@ Rounds: 4 for one level, 16 for two, 4·(T − 1) + 4 for a level above a level 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
 
@@ -112,9 +113,11 @@ def _depth(k: int, g: int) -> int:
     return 0 if g == 1 else 1 + _depth(k, column_machines(k, g))
 
 
+@lru_cache(maxsize=32)
 def columnsort_plan(machines: int, per: int) -> ColumnsortPlan:
     """The recursive Columnsort of ``machines`` machines with ``per`` items each (powers of two;
-    ``per`` >= 2 when ``machines`` >= 2). See the module docstring."""
+    ``per`` >= 2 when ``machines`` >= 2). See the module docstring. Cached: the permutations are read
+    only (each is written once, here)."""
     M, k = _pow2(machines, "machines"), _pow2(per, "per (items per machine)")
     if M > 1 and k < 2:
         raise ProtocolError("columnsort: per must be >= 2 when machines >= 2")
@@ -133,4 +136,6 @@ def columnsort_plan(machines: int, per: int) -> ColumnsortPlan:
         pending = step if pending is None else step[pending]
     if pending is not None and not np.array_equal(pending, np.arange(n)):
         perms.append(pending)
+    for p in perms:
+        p.flags.writeable = False
     return ColumnsortPlan(M, k, tuple(perms), _depth(k, M))

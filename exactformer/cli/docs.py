@@ -76,7 +76,7 @@ def generated_blocks() -> dict[str, str]:
         per_construction.append(f"#### `{name}` ({_cell(registry.get(name).theorem)})\n\n{options_table(rows)}")
     blocks["construction-summary"] = "\n".join(summary)
     blocks["construction-options"] = "\n\n".join(per_construction)
-    for command in ("positions", "sizes", "attention"):
+    for command in ("positions", "sizes", "attention", "mpc"):
         blocks[f"{command}-options"] = options_table(option_rows(root.get_command(ctx, command), ctx))
     return blocks
 

@@ -1035,6 +1035,12 @@ class _Builder:
                         machines=pl.machines), ends
 
 
+def work_words(sim: ANNASimulation) -> int:
+    """Words of the runtime's largest per-round array for one input: P machines × the largest inbox
+    (what a run allocates, per input of a batch, in the round that moves the most)."""
+    return sim.protocol.n_machines * max((r.slots for r in sim.protocol.rounds), default=1)
+
+
 def compile_anna(T: ANNATransformer, eps_prime: float, eps: float | None = None, *, memory: int | None = None,
                  fmt: FixedPoint | None = None) -> ANNASimulation:
     """Thm 4.2: the MPC protocol simulating ``T`` (Alg. 1 with its seeds) with local memory

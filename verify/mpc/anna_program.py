@@ -223,10 +223,11 @@ def run(T: ANNATransformer, inputs, fmt: FixedPoint | None = None) -> np.ndarray
 
 
 def _flips(rng: np.random.Generator, n: int, dim: int, at_most: int) -> np.ndarray:
-    """[n, dim] 0/1 masks with at most ``at_most`` ones per row."""
+    """[n, dim] 0/1 masks with at most ``at_most`` ones per row (a uniform count, then uniform places)."""
+    count = rng.integers(0, at_most + 1, size=n)
+    places = np.argsort(rng.random((n, dim)), axis=1)[:, :at_most]
     out = np.zeros((n, dim), dtype=np.int64)
-    for i, c in enumerate(rng.integers(0, at_most + 1, size=n)):
-        out[i, rng.choice(dim, int(c), replace=False)] = 1
+    np.put_along_axis(out, places, (np.arange(min(at_most, dim))[None, :] < count[:, None]).astype(np.int64), axis=1)
     return out
 
 

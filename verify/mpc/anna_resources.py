@@ -28,14 +28,14 @@ from exactformer.verify.mpc.anna_check import ROUND_CONSTANT, check
 from exactformer.verify.mpc.anna_mpc import compile_anna
 from exactformer.verify.mpc.anna_program import ANNATransformer, planted_transformer
 
-#: (ε, ε′, c) of the table: c at fixed (ε, ε′), then ε′, then ε
+#: (ε, ε′, c) of the table: c at fixed (ε, ε′), then ε′, then ε (the last: a small ε′, three sort levels)
 CONFIGS: tuple[tuple[float, float, float], ...] = (
-    (0.25, 0.5, 2.0), (0.25, 0.5, 3.0), (0.25, 0.5, 4.0), (0.25, 0.75, 3.0), (0.1, 0.5, 3.0))
+    (0.25, 0.5, 2.0), (0.25, 0.5, 3.0), (0.25, 0.5, 4.0), (0.25, 0.75, 3.0), (0.1, 0.5, 3.0), (0.1, 0.35, 3.0))
 LOG_NS = (8, 10, 12, 14, 16)
 LAYERS = 2
 HASHES = 8
 #: rows whose largest layout (2N·ℓ value items of ⌈N^ε⌉ + 1 words) exceeds this many words are built, not run
-RUN_WORDS = 6_000_000
+RUN_WORDS = 8_000_000
 
 
 class ResourceError(ValueError):

@@ -87,12 +87,12 @@ class LowRankSimulation:
         pl, r, T = self.plan, self.resources, self.T
         N, gap = pl.n, pl.eps_prime - pl.eps
         return {"n": N, "low_rank_layers": T.layers, "ranks": sorted({x for li in range(T.layers) for x in T.ranks(li)}),
-                "eps": pl.eps, "eps_prime": pl.eps_prime, "rounds": len(self.protocol.rounds),
+                "eps": round(pl.eps, 4), "eps_prime": round(pl.eps_prime, 4), "rounds": len(self.protocol.rounds),
                 "anna_layers": r.layers, "layers_per_low_rank_layer": r.layers / max(1, len(pl.head_layers)),
                 "depth_bound": f"O(L/(ε′ − ε)) = O({T.layers}/{gap:.3f})",
-                "max_heads": r.max_heads, "heads_bound": N ** (gap / 4),
-                "m": r.m, "m_bound": N ** pl.eps_prime, "memory": pl.memory, "word_bits": pl.word_bits,
-                "word_bits_per_log2_n": pl.word_bits / math.log2(N), "min_format": r.min_format}
+                "max_heads": r.max_heads, "heads_bound": round(N ** (gap / 4), 3),
+                "m": r.m, "m_bound": round(N ** pl.eps_prime, 2), "memory": pl.memory, "word_bits": pl.word_bits,
+                "word_bits_per_log2_n": round(pl.word_bits / math.log2(N), 3), "min_format": r.min_format}
 
 
 def simulate(T: LowRankTransformer, eps_prime: float, eps: float | None = None,
