@@ -23,7 +23,6 @@ import os
 import time
 from pathlib import Path
 
-import numpy as np
 from bench_index_lookup import _machine  # benchmarks/ is on sys.path when run as a script
 
 from exactformer.verify.mpc import check as mpc_check

@@ -58,7 +58,7 @@ def test_resources_small(tmp_path: Path):
     (["--kind", "ema", "--application", "nope"], "--application: must be one of"),
     (["--kind", "ema", "--param", "hops"], "--param: must be NAME=INTEGER"),
     (["--kind", "ema", "--param", "colour=3"], "unknown parameter(s) ['colour']"),
-    (["--n", "65536", "--approx-c", "2"], "words in its largest round (limit"),  # refused with its estimate
+    (["--n", "65536", "--approx-c", "2"], "words for one input (limit"),  # refused with its estimate
 ])
 def test_bad_options_one_line_exit_2(args, message):
     r = _run(*args)

@@ -11,7 +11,6 @@ import pytest
 from exactformer.constructions.mpc.low_rank import LowRankError, head_out, low_rank_protocol, random_low_rank
 from exactformer.constructions.mpc.protocol import Send, Step
 from exactformer.precision import FixedPoint
-from exactformer.verify.mpc import program_run, protocol_run
 from exactformer.verify.mpc.anna_check import check as check_anna
 from exactformer.verify.mpc.anna_mpc import compile_anna, width_exponent
 from exactformer.verify.mpc.anna_program import from_program

@@ -35,7 +35,7 @@ from typing import Any
 import numpy as np
 
 from exactformer.constructions.mpc.library import down_route, levels, up_route
-from exactformer.constructions.mpc.program import EMAProgram, Head, HeadOut, Layer, State
+from exactformer.constructions.mpc.program import EMAProgram, Head, HeadOut, Layer, OnProgram, State
 from exactformer.constructions.mpc.protocol import Memory, Protocol, ProtocolError, Round, Send, Step, bits_for, signed, twos
 from exactformer.precision import FixedPoint
 
@@ -47,7 +47,7 @@ class LowRankError(ValueError):
 
 
 @dataclass(frozen=True)
-class LowRankTransformer:
+class LowRankTransformer(OnProgram):
     """L layers of low-rank heads: ``program`` (a head's query = Q′ [B, n, r], key = K′ [B, n, r],
     value = V [B, n, m]); features satisfy |Q′|, |K′| < 2^``factor_bits`` and values |V| <
     2^``value_bits`` (checked when run)."""
@@ -55,18 +55,6 @@ class LowRankTransformer:
     program: EMAProgram
     factor_bits: int
     value_bits: int
-
-    @property
-    def n(self) -> int:
-        return self.program.n
-
-    @property
-    def name(self) -> str:
-        return self.program.name
-
-    @property
-    def layers(self) -> int:
-        return len(self.program.layers)
 
     def ranks(self, layer: int) -> tuple[int, ...]:
         return tuple(h.key_words for h in self.program.layers[layer].heads)

@@ -17,15 +17,12 @@ import sys
 from pathlib import Path
 from typing import Any, Optional
 
-import numpy as np
 import typer
 
 from exactformer.cli.output import fail, print_json, print_table
 from exactformer.precision import FixedPoint, parse_format
 
 KINDS = ("anna", "ema", "low-rank", "resources")
-#: a run is refused (with its estimate) above this many words moved in one round of one batch
-WORK_LIMIT = 60_000_000
 
 
 class _Bad(Exception):
@@ -92,13 +89,14 @@ def _batched(sources, batch: int):
 
 
 def _thm42(sim, sources, count: int | None, quiet: bool, c: float | None) -> dict[str, Any]:
-    from exactformer.verify.mpc.anna_check import check
+    from exactformer.verify.mpc.anna_check import BATCH_WORDS, MAX_WORDS, check
     from exactformer.verify.mpc.anna_mpc import work_words
 
     work = work_words(sim)
-    if work > WORK_LIMIT:
-        raise _Bad(f"--n: the simulation moves about {work:.3g} words in its largest round (limit {WORK_LIMIT:.0e}); "
-                   "use a smaller --n or fewer --tables (a larger --approx-c), or --kind resources (built, not run)")
+    if work > MAX_WORDS:
+        raise _Bad(f"--n: the simulation's largest round needs about {work:.3g} words for one input (limit "
+                   f"{MAX_WORDS:.3g}); use a smaller --n or fewer --tables (a larger --approx-c), or --kind resources "
+                   "(built, not run)")
     bar = _progress(count, "inputs", quiet)
 
     def counted(src):
@@ -107,7 +105,7 @@ def _thm42(sim, sources, count: int | None, quiet: bool, c: float | None) -> dic
             if bar is not None:
                 bar.update(len(x))
 
-    r = check(sim, counted(_batched(sources, max(1, WORK_LIMIT // max(work, 1)))))
+    r = check(sim, counted(_batched(sources, max(1, BATCH_WORDS // max(work, 1)))))
     if bar is not None:
         bar.close()
     pl, N = sim.plan, sim.plan.n

@@ -29,10 +29,15 @@ import numpy as np
 from exactformer.constructions.mpc.program import HeadOut
 from exactformer.verify.mpc import anna_program as ap
 from exactformer.verify.mpc import protocol_run
-from exactformer.verify.mpc.anna_mpc import ANNAMPCError, ANNASimulation, head_outs
+from exactformer.verify.mpc.anna_mpc import ANNAMPCError, ANNASimulation, head_outs, work_words
 
 #: the constant C of the round bound R <= C·L/(ε′ − ε) that every simulation here meets (docs/mpc.md)
 ROUND_CONSTANT = 40
+#: words of the runtime's largest per-round array for one batch: batches are cut to stay below it
+BATCH_WORDS = 1 << 25
+#: a simulation whose largest round needs more words than this for one input is refused before it runs
+#: (the runtime keeps a few such arrays: about 8 bytes × 6 per word)
+MAX_WORDS = 1 << 26
 
 
 @dataclass
@@ -181,7 +186,10 @@ def default_sources(sim: ANNASimulation, samples: int, seed: int, domain: int | 
 def check(sim: ANNASimulation, sources: Iterable[tuple[str, np.ndarray]] | None = None, *, samples: int = 100,
           seed: int = 0, batch: int | None = None) -> SimulationReport:
     """The simulation against Alg. 1 on ``sources`` ((kind, inputs [B, N]) pairs; default:
-    :func:`default_sources` with ``samples`` and ``seed``), stopping at the first difference."""
+    :func:`default_sources` with ``samples`` and ``seed``), stopping at the first difference. Batches
+    are cut to at most ``batch`` inputs (default: as many as keep the runtime's arrays below
+    :data:`BATCH_WORDS` words); a simulation needing more than :data:`MAX_WORDS` words for one input
+    is refused before it runs (:class:`ANNAMPCError` with the estimate)."""
     t0 = time.perf_counter()
     pl, T = sim.plan, sim.T
     bound = round_bound(sim)
@@ -199,11 +207,16 @@ def check(sim: ANNASimulation, sources: Iterable[tuple[str, np.ndarray]] | None 
     if report.counterexample is not None:
         report.seconds = time.perf_counter() - t0
         return report
+    work = work_words(sim)
+    if work > MAX_WORDS:
+        raise ANNAMPCError(f"n: the simulation's largest round needs about {work:.3g} words for one input (about "
+                           f"{work * 48 / 2**30:.1f} GiB of runtime arrays; limit {MAX_WORDS:.3g} words): use a smaller "
+                           "N, fewer tables or a larger eps_prime")
     src = default_sources(sim, samples, seed) if sources is None else sources
     peak: dict[str, int] = {}
     for kind, x in src:
         x = np.asarray(x, dtype=np.int64)
-        step = batch or len(x)
+        step = batch or max(1, min(len(x), BATCH_WORDS // max(work, 1)))
         for lo in range(0, len(x), step):
             part = x[lo:lo + step]
             c = differential(sim, part, peak)

@@ -41,8 +41,8 @@ machine and s = 8·F·W; then F_b, F_v >= 2F, and every tree has depth O(1/(ε�
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, replace
-from typing import Any, Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any, Callable
 
 import numpy as np
 
@@ -51,8 +51,8 @@ from exactformer.constructions.mpc.program import HeadOut, State
 from exactformer.constructions.mpc.protocol import Memory, Protocol, Round, Send, Step, signed, twos
 from exactformer.constructions.mpc.sorting import ColumnsortPlan, columnsort_plan
 from exactformer.precision import FixedPoint
-from exactformer.verify.attention.ema import _weights, check_fmt
-from exactformer.precision._xp import NP
+from exactformer.constructions.blocks.match import ema_weight
+from exactformer.verify.attention.ema import check_fmt
 from exactformer.verify.mpc import anna_program as ap
 from exactformer.verify.mpc import protocol_run
 from exactformer.verify.mpc.anna_program import ANNATransformer, LSHHead
@@ -428,7 +428,7 @@ def ema_head_out(total: np.ndarray, count: np.ndarray, fmt: FixedPoint | None) -
     weight w_c = sat(round(S/c)) of every match (docs/ema.md)."""
     if fmt is None:
         return HeadOut(total, count)
-    w, _ = _weights(NP, fmt, count)
+    w = np.where(count > 0, ema_weight(fmt, np.maximum(count, 1)), 0)
     prod = w[..., None].astype(object) * total.astype(object)
     return HeadOut(np.clip(prod, fmt.min_raw, fmt.max_raw).astype(np.int64), fmt.scale)
 

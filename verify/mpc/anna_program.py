@@ -31,7 +31,7 @@ from typing import Iterator
 
 import numpy as np
 
-from exactformer.constructions.mpc.program import EMAProgram, Head, HeadOut, Layer, State
+from exactformer.constructions.mpc.program import EMAProgram, Head, HeadOut, Layer, OnProgram, State
 from exactformer.constructions.mpc.protocol import bits_for
 from exactformer.precision import FixedPoint
 from exactformer.verify.attention.anna import FAMILIES, LSHAttention, family as lsh_family
@@ -63,7 +63,7 @@ class LSHHead:
 
 
 @dataclass(frozen=True)
-class ANNATransformer:
+class ANNATransformer(OnProgram):
     """An L-layer ANNA-transformer: ``program`` (skeleton and maps) and, per layer and head, its
     :class:`LSHHead` (Alg. 1) or None (exact match); values satisfy |v| < 2^``value_bits``."""
 
@@ -82,18 +82,6 @@ class ANNATransformer:
                                            f"{lh.lsh.dim}")
         if not 1 <= self.value_bits <= 60:
             raise ANNAProgramError(f"value_bits must be in [1, 60], got {self.value_bits}")
-
-    @property
-    def n(self) -> int:
-        return self.program.n
-
-    @property
-    def name(self) -> str:
-        return self.program.name
-
-    @property
-    def layers(self) -> int:
-        return len(self.program.layers)
 
     @property
     def max_heads(self) -> int:
