@@ -8,13 +8,15 @@ the exponent of T's width W (words per token, P2's mH = O(N^ε); by default ε =
 protocol runs on the project's MPC runtime (:mod:`~exactformer.verify.mpc.protocol_run`), which
 checks Def. 2.3 in every round: no machine sends, receives or holds more than s words.
 
-Machines: token i on machine i (the runtime's convention, docs/mpc.md "Machines and layout"),
-then G workers per token, the sort groups and the value groups, all from machine N on (a machine
-plays several parts; the memory budget below keeps their sum within s). Per layer with heads:
+Machines: the N tokens packed k to a token machine (token i on machine ⌊i/k⌋: the input on the
+first ⌈N/k⌉ machines, as Def. 2.3 puts it on the first ones), then G workers per token, the sort
+groups and the value groups, all from machine ⌈N/k⌉ on (a machine plays several parts; the memory
+budget of :func:`plan` keeps their sum within s). Per layer with heads:
 
-1. **bcast** (L_b rounds, G >= 1): the token applies the previous layer's ``post`` and this layer's
-   ``pre``, computes every head's query, key and value (the bundle, U_b words) and sends it down a
-   tree of fan-out F_b to its G workers. (G = 0 when the token's own pairs fit its memory.)
+1. **bcast** (1 + L_w rounds, G >= 1): the token machine applies the previous layer's ``post`` and
+   this layer's ``pre``, computes every head's query, key and value (the bundle, U_b words) and sends
+   each token's bundle to its worker 0, which sends it down a tree of fan-out F_b over the token's G
+   workers. (G = 0 when the token machine can hash its tokens' pairs itself.)
 2. **codes** (1 round): worker g of token i hashes its pairs π = (head h, table t) — Alg. 1's
    g_t(q_i), g_t(k_i) with the head's sampled functions, or the key words for exact match — and sends
    a key item (code, i) and a query item (code, N + i) to sort group π, at slot "origin" (i or N + i).
@@ -29,13 +31,15 @@ plays several parts; the memory budget below keeps their sum within s). Per laye
    up and down a tree of fan F_v (the library's routes of prefix sums): every query item obtains
    its bucket's (S_t, C_t).
 7. **results** (1 round): each query item sends (S_t, C_t) to its worker.
-8. **reduce** (L_b rounds, G >= 1): workers add their pairs' results per head and send them up the
-   tree; the token holds Σ_t S_t[g_t(q_i)] and Σ_t C_t[g_t(q_i)] for every head: Alg. 1's exact
-   (num, den), from which it computes the head output and ``post`` locally.
+8. **reduce** (L_w + 1 rounds, G >= 1): workers add their pairs' results per head and send them up
+   their tree, worker 0 to the token machine, which holds Σ_t S_t[g_t(q_i)] and Σ_t C_t[g_t(q_i)]
+   for every head: Alg. 1's exact (num, den), from which it computes the head output and ``post``
+   locally (in the next round's step, or ψ).
 
 Words are p-bit (Def. 2.3: an element of Z_{2^p}); values and sums travel in two's complement, exact
 because |num| <= ℓ·N·2^value_bits < 2^{p−1} (p is chosen so). Fan-ins: F = ⌈N^{ε′−ε}⌉ widths per
-machine and s = 8·F·W; then F_b, F_v >= 2F, and every tree has depth O(1/(ε′ − ε)).
+machine and s = 8·F·W; the trees' fan-ins F_b = ⌊(s/4)/max(U_b, U_r)⌋ >= 2F and F_v (s/4 over the
+scan's summaries and its depth) are Θ(F), so every tree has depth O(1/(ε′ − ε)).
 """
 
 from __future__ import annotations
