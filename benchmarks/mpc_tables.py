@@ -10,11 +10,11 @@ Nothing runs: the sizes come from the protocols' declarations (:func:`resources`
 from __future__ import annotations
 
 import argparse
-import re
 from pathlib import Path
 
 from exactformer.constructions.mpc.compile import resources
 from exactformer.constructions.mpc.library import k_hop
+from exactformer.verify.mpc.anna_resources import ResourceError, replace_table_block
 
 NS = [8, 10, 12, 14, 16, 18, 20, 22, 24]
 KS = [1, 2, 4, 16, 64, 256, 1024]
@@ -101,10 +101,10 @@ def main() -> None:
     path = Path(__file__).resolve().parents[1] / "docs" / "mpc.md"
     doc = path.read_text()
     for name, text in out.items():
-        pat = re.compile(rf"(<!-- table:{name} -->\n)(?:(?!<!--)[^\n]*\n)*(<!-- end table -->)")
-        if not pat.search(doc):
-            raise SystemExit(f"docs/mpc.md has no <!-- table:{name} --> … <!-- end table --> block")
-        doc = pat.sub(lambda m: m.group(1) + text + "\n" + m.group(2), doc, count=1)
+        try:
+            doc = replace_table_block(doc, name, text)
+        except ResourceError as e:
+            raise SystemExit(f"docs/mpc.md: {e}") from None
     path.write_text(doc)
 
 

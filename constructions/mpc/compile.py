@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from exactformer.constructions.mpc.program import EMAProgram, Head, HeadOut, Layer, State
-from exactformer.constructions.mpc.protocol import Protocol, Round, Table, present_rows
+from exactformer.constructions.mpc.protocol import Protocol, ProtocolError, Round, Table, present_rows
 
 DEST, KEYS, MSGS, BOUNDS = "@send.dest", "@send.keys", "@send.msgs", "@send.bounds"
 
@@ -185,8 +185,12 @@ def _post(rnd: Round, n_send: int):
 
 
 def compile_protocol(protocol: Protocol) -> EMAProgram:
-    """The EMA program of ``protocol`` (one layer per round; see the module docstring)."""
+    """The EMA program of ``protocol`` (one layer per round; see the module docstring). The program
+    has one token per machine, so the protocol must have P = n machines."""
     n = protocol.n
+    if protocol.n_machines != n:
+        raise ProtocolError(f"compile_protocol: the protocol has P = {protocol.n_machines} machines for n = {n} "
+                            "input words; Thm 4.1's program has one token per machine (P = n)")
     layers = []
     for rnd in protocol.rounds:
         heads = [_send_head(h, rnd.slots, n) for h in range(rnd.sends)]

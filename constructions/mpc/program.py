@@ -119,3 +119,23 @@ class EMAProgram:
         word in [−1, 2^p)), frac bits = ⌈log₂ c_max⌉ (S = 2^frac >= every head's match bound, so
         ⌊S/c⌋ >= 1). Outputs never saturate: Σ_j ŵ v_j <= c·(1/c)·max v."""
         return FixedPoint.binary(self.word_bits, (self.max_matches - 1).bit_length())
+
+
+class OnProgram:
+    """A model whose skeleton is an EMA program's (``program``: init, layers of pre / heads / post,
+    readout) with other heads: ANNA-transformers (Alg. 1 heads), low-rank transformers. Its N, name
+    and depth are the skeleton's."""
+
+    program: EMAProgram
+
+    @property
+    def n(self) -> int:
+        return self.program.n
+
+    @property
+    def name(self) -> str:
+        return self.program.name
+
+    @property
+    def layers(self) -> int:
+        return len(self.program.layers)

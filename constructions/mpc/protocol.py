@@ -200,11 +200,14 @@ class Round:
 
 @dataclass(frozen=True)
 class Protocol:
-    """An R-round protocol on ``n`` machines with ``word_bits`` = p and local memory ``memory`` = s.
+    """An R-round protocol on ``n`` input words with ``word_bits`` = p and local memory ``memory`` = s.
 
-    ``init(inputs [B, n]) -> Memory`` (machine i starts with input word i); ``output(Memory) ->
-    [B, n]`` int64 answers (−1 = ⊥), the row-wise output map ψ of Def. 2.2 applied after the last
-    round. ``params`` records the builder's parameters (for reports)."""
+    ``machines`` = P, the number of machines (default ``n``: one machine per input word, machine i
+    starting with word i). ``init(inputs [B, n]) -> Memory`` with every field ``[B, P, …]``;
+    ``output(Memory) -> [B, n]`` int64 answers (−1 = ⊥), the row-wise output map ψ of Def. 2.2
+    applied after the last round. ``params`` records the builder's parameters (for reports). Only
+    protocols with P = n compile to EMA programs (Thm 4.1: one token per machine); P > n is the
+    shape of Thm 4.2's simulations (docs/mpc.md, "Thm 4.2")."""
 
     name: str
     n: int
@@ -214,10 +217,13 @@ class Protocol:
     rounds: tuple[Round, ...]
     output: Callable[[Memory], np.ndarray]
     params: Mapping[str, Any] = field(default_factory=dict)
+    machines: int | None = None
 
     def __post_init__(self) -> None:
         _check_name(self.name, "Protocol.name")
-        check_count(self.n, "n", 1, "machines = input words")
+        check_count(self.n, "n", 1, "input words")
+        if self.machines is not None:
+            check_count(self.machines, "machines", 1, "P, the number of machines")
         check_count(self.word_bits, "word_bits", 1, "p, bits per word")
         if self.word_bits > 62:
             raise ProtocolError(f"word_bits must be <= 62 (int64 words), got {self.word_bits}")
@@ -229,8 +235,15 @@ class Protocol:
             raise ProtocolError(f"round names must be distinct, got {names}")
         for r in self.rounds:
             for t in r.tables:
-                if t.max_matches is not None and t.max_matches > self.n:
-                    raise ProtocolError(f"Round {r.name!r}, table {t.name!r}: max_matches {t.max_matches} > n = {self.n}")
+                if t.max_matches is not None and t.max_matches > self.n_machines:
+                    what = "n" if self.machines is None else "P"
+                    raise ProtocolError(f"Round {r.name!r}, table {t.name!r}: max_matches {t.max_matches} > "
+                                        f"{what} = {self.n_machines}")
+
+    @property
+    def n_machines(self) -> int:
+        """P: ``machines``, or ``n`` (one machine per input word)."""
+        return self.n if self.machines is None else self.machines
 
     @property
     def is_mpc(self) -> bool:
@@ -243,7 +256,8 @@ class Protocol:
 
     def __repr__(self) -> str:
         kind = "MPC" if self.is_mpc else "EMA"
-        return (f"<{kind} protocol {self.name!r}: n={self.n}, p={self.word_bits}, s={self.memory}, "
+        P = "" if self.machines is None else f", P={self.machines}"
+        return (f"<{kind} protocol {self.name!r}: n={self.n}{P}, p={self.word_bits}, s={self.memory}, "
                 f"R={len(self.rounds)}>")
 
 
@@ -259,3 +273,14 @@ def present_rows(a: np.ndarray) -> np.ndarray:
 def bits_for(count: int) -> int:
     """Bits of a word that can hold every integer in ``[0, count)`` (at least 1)."""
     return max(1, (int(count) - 1).bit_length())
+
+
+def twos(v: np.ndarray, p: int) -> np.ndarray:
+    """Signed integers as p-bit words (Def. 2.3: elements of Z_{2^p}), two's complement."""
+    return np.asarray(v, dtype=np.int64) & ((1 << p) - 1)
+
+
+def signed(w: np.ndarray, p: int) -> np.ndarray:
+    """p-bit words as signed integers (two's complement); ⊥ (−1: nothing there) reads as 0."""
+    w = np.where(w < 0, 0, w)
+    return np.where(w >= 1 << (p - 1), w - (1 << p), w)

@@ -40,6 +40,8 @@ OTHER_COMMANDS = {
                   "EMA, ANNA (LSH, Alg. 1) or dense attention on generated data, checked."),
     "frontier": ("exactformer.cli.frontier", "frontier",
                  "The precision frontier: the largest certified N per construction and arithmetic (dask)."),
+    "mpc": ("exactformer.cli.mpc", "mpc",
+            "P2 Thms 4.2 and 4.4: ANNA and low-rank attention simulated through MPC protocols, checked."),
 }
 
 

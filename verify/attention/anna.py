@@ -245,11 +245,12 @@ def family(name: str) -> LSHFamily:
 # ================================================================================================
 
 
-def _pack(xp, sym, sbits: int):
-    """Symbols [n, T, z] of sbits bits each -> words [n, T, kw] int64, symbol t in bits
-    [(t mod per) sbits, ...) of word t // per, per = floor(62 / sbits): exact and injective."""
+def pack_symbols(xp, sym, sbits: int, word_bits: int = 62):
+    """Symbols [n, T, z] of sbits bits each -> words [n, T, kw] int64 in [0, 2^word_bits), symbol t
+    in bits [(t mod per) sbits, ...) of word t // per, per = floor(word_bits / sbits): exact and
+    injective (equal words iff equal symbols)."""
     n, T, z = (int(s) for s in sym.shape)
-    per = max(1, 62 // sbits)
+    per = max(1, word_bits // sbits)
     out = xp.zeros((n, T, -(-z // per)))
     for t in range(z):
         w, j = divmod(t, per)
@@ -310,12 +311,18 @@ class LSHAttention:
         per = max(1, CHUNK_ENTRIES // max(1, n_points * self.hashes))
         return [(t0, min(self.tables, t0 + per)) for t0 in range(0, self.tables, per)]
 
-    def codes(self, X, t0: int = 0, t1: int | None = None):
-        """Exact bucket codes g_t(x), t in [t0, t1): words [n, T, kw] int64 (X [n, dim] integer points)."""
+    def symbols(self, X, t0: int = 0, t1: int | None = None):
+        """The hash symbols h_t1(x) .. h_tz(x) of tables t in [t0, t1): [n, T, z] int64 (X [n, dim]
+        integer points)."""
         xp = backend({"points": X}, ANNAError)
         t1 = self.tables if t1 is None else t1
-        sym = self.family.hash(xp, self._table_params(t0, t1), X)
-        return _pack(xp, sym.reshape(int(X.shape[0]), t1 - t0, self.hashes), self.symbol_bits)
+        return self.family.hash(xp, self._table_params(t0, t1), X).reshape(int(X.shape[0]), t1 - t0, self.hashes)
+
+    def codes(self, X, t0: int = 0, t1: int | None = None, word_bits: int = 62):
+        """Exact bucket codes g_t(x), t in [t0, t1): words [n, T, kw] int64 in [0, 2^word_bits)
+        (X [n, dim] integer points)."""
+        xp = backend({"points": X}, ANNAError)
+        return pack_symbols(xp, self.symbols(X, t0, t1), self.symbol_bits, word_bits)
 
     def _points(self, xp, X, name: str):
         """X as validated integer points [N, dim] of the family's space."""

@@ -119,8 +119,9 @@ class _Checker:
         if not isinstance(a, np.ndarray) or a.dtype.kind not in "iu":
             self.fail("int arrays", f"{what} must be a numpy integer array, got {type(a).__name__}"
                       + (f" of dtype {a.dtype}" if isinstance(a, np.ndarray) else ""))
-        if a.ndim not in ndims or a.shape[:2] != (B, self.p.n) or any(a.shape[k] != v for k, v in (dims or {}).items()):
-            self.fail("shapes", f"{what} has shape {list(a.shape)}; expected [B={B}, n={self.p.n}, ...] "
+        P = self.p.n_machines
+        if a.ndim not in ndims or a.shape[:2] != (B, P) or any(a.shape[k] != v for k, v in (dims or {}).items()):
+            self.fail("shapes", f"{what} has shape {list(a.shape)}; expected [B={B}, P={P}, ...] "
                                 f"with {' or '.join(str(d) for d in ndims)} dimensions"
                                 + (f" and sizes {dims}" if dims else ""))
         return a.astype(np.int64, copy=False)
@@ -164,14 +165,13 @@ def _check_memory(chk: _Checker, mem, B: int, reserved: tuple[str, ...] = ()) ->
     return out
 
 
-def _distinct_per_row(v: np.ndarray) -> np.ndarray:
-    """Number of distinct entries >= 0 in each row of [B, n, m]."""
-    if v.shape[-1] == 0:
-        return np.zeros(v.shape[:2], dtype=np.int64)
+def _distinct_per_row(v: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """For rows [B, n, m] of entries (>= 0; −1: none): the number of distinct entries per row [B, n],
+    and each distinct (row, entry) pair once: (batch index, entry)."""
     s = np.sort(v, axis=-1)
     new = s >= 0
     new[..., 1:] &= s[..., 1:] != s[..., :-1]
-    return new.sum(axis=-1)
+    return new.sum(axis=-1), np.nonzero(new)[0], s[new]
 
 
 def _deliver_sends(chk: _Checker, rnd: Round, send: Send | None, B: int, n: int, usage: RoundUsage):
@@ -191,7 +191,7 @@ def _deliver_sends(chk: _Checker, rnd: Round, send: Send | None, B: int, n: int,
     sent = valid.sum(axis=-1)
     if not valid.any():
         return (np.full((B, n, rnd.slots), -1, dtype=np.int64) if rnd.slots else None), sent
-    ndest = _distinct_per_row(np.where(valid, dest, -1))
+    ndest, pb, pd = _distinct_per_row(np.where(valid, dest, -1))
     usage.destinations = max(usage.destinations, int(ndest.max()))
     chk.at_most(ndest, rnd.sends, f"declared destinations α = {rnd.sends}", "sends to distinct machines:")
     bi, ii, mi = np.nonzero(valid)
@@ -206,18 +206,17 @@ def _deliver_sends(chk: _Checker, rnd: Round, send: Send | None, B: int, n: int,
         k = int(np.argmax(bad))
         chk.fail(f"message words in [0, 2^{chk.p.word_bits})", f"message word {int(w[k])}", (int(bi[k]), int(ii[k])))
     code = (bi * n + d) * rnd.slots + sl
-    order = np.argsort(code, kind="stable")
-    cs = code[order]
-    dup = np.flatnonzero(cs[1:] == cs[:-1])
-    if dup.size:
+    if np.bincount(code, minlength=B * n * rnd.slots).max() > 1:  # find the first collision
+        order = np.argsort(code, kind="stable")
+        cs = code[order]
+        dup = np.flatnonzero(cs[1:] == cs[:-1])
         k1, k2 = order[dup[0]], order[dup[0] + 1]
         chk.fail("one message per inbox slot",
                  f"two messages into slot {int(sl[k2])} of machine {int(d[k2])} (from machines "
                  f"{int(ii[k1])} and {int(ii[k2])})", (int(bi[k2]), int(d[k2])))
     inbox = np.full((B, n, rnd.slots), -1, dtype=np.int64)
     inbox[bi, d, sl] = w
-    pair = np.unique((bi * n + d) * n + ii)
-    usage.senders = max(usage.senders, int(np.bincount(pair // n).max()))
+    usage.senders = max(usage.senders, int(np.bincount(pb * n + pd).max()))
     return inbox, sent
 
 
@@ -372,7 +371,7 @@ def _resolve_table(chk: _Checker, t: Table, pub: Publish | None, look, B: int, n
 
 def _round(protocol: Protocol, r: int, rnd: Round, mem: Memory, B: int, usage: RoundUsage) -> Memory:
     chk = _Checker(protocol, r, rnd.name)
-    n, s = protocol.n, protocol.memory
+    n, s = protocol.n_machines, protocol.memory
     step = rnd.step(mem)
     if not isinstance(step, Step):
         chk.fail("Step", f"step must return a Step, got {type(step).__name__}")
@@ -408,7 +407,7 @@ def trace(protocol: Protocol, inputs) -> Iterator[RoundState]:
     B = x.shape[0]
     chk = _Checker(protocol, 0, INIT)
     mem = _check_memory(chk, protocol.init(x), B)
-    held = sum((_words(a) for a in mem.values()), np.zeros((B, protocol.n), dtype=np.int64))
+    held = sum((_words(a) for a in mem.values()), np.zeros((B, protocol.n_machines), dtype=np.int64))
     chk.at_most(held, protocol.memory, f"s = {protocol.memory} words of memory", "holds words after init:")
     yield RoundState(0, INIT, mem, RoundUsage(0, INIT, memory=int(held.max())))
     for r, rnd in enumerate(protocol.rounds, start=1):
@@ -421,7 +420,10 @@ def output(protocol: Protocol, mem: Memory, B: int) -> np.ndarray:
     """ψ applied to the final memory, checked to be int64 [B, n] answers (−1 = ⊥)."""
     out = protocol.output(mem)
     chk = _Checker(protocol, len(protocol.rounds), "output")
-    out = chk.array(out, "output", B, (2,))
+    if not isinstance(out, np.ndarray) or out.dtype.kind not in "iu" or out.shape != (B, protocol.n):
+        chk.fail("shapes", f"output must be an int array [B={B}, n={protocol.n}], got "
+                           f"{getattr(out, 'dtype', type(out).__name__)} {list(np.shape(out))}")
+    out = out.astype(np.int64, copy=False)
     chk.words(out, "output", allow_empty=True)
     return out
 
