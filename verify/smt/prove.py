@@ -1,0 +1,297 @@
+"""The smt prover: for every answer position, is there an input whose answer differs from the truth?
+
+For each answer a (at the model's answer position for it) the forward pass is evaluated
+symbolically (:mod:`exactformer.verify.smt.transformer`, :mod:`exactformer.verify.smt.recurrent`)
+and set beside the truth's code (:mod:`exactformer.verify.smt.truth`). The answer is right when the
+logits have a strict maximum (a tie is wrong: no answer) whose label ``model.answers[i]`` is the
+true value. The question "is there an input in the task's domain where it is wrong?" is then:
+
+* decided in Python when every value involved is a table (the joint table is searched), or
+* handed to z3 (quantifier-free bit-vectors) with the domains, the task's constraints and the side
+  constraints of fresh variables: unsat is a proof for every input, sat a counterexample, and a
+  time-out "unknown" -- a failure, never a pass.
+
+Where an attention row depends on the tokens at a few positions only and its weighted sum would read
+many more (Index Lookup's query row), the check splits into one case per token at those positions
+(:class:`~exactformer.verify.smt.transformer.NeedSplit`): in each case the row is a constant, so
+the sum reads only the positions the row selects. At most :data:`SPLIT_MAX` cases per answer.
+
+A counterexample is replayed before it is reported: through the exact executor (it must answer it
+wrong there, else the encoding disagrees with the executor and the run fails saying so), through the
+task's own ``truth`` (its value must be the encoded one) and through the exported float64 torch
+module (recorded: a fixed-point counterexample may be right in floats).
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import numpy as np
+import z3
+
+from exactformer.constructions.core.ir import CompiledModel
+from exactformer.constructions.core.task import Task
+from exactformer.verify.executor.exact import run
+from exactformer.verify.smt.sym import Enc, Sym, Tab, all_of, any_of, cmp, const, not_
+from exactformer.verify.smt.transformer import Formats, Forward, NeedSplit, Weights
+from exactformer.verify.smt.truth import NotCovered, Truth, truth_of
+
+SPLIT_MAX = 1 << 12  # cases per answer position
+DEFAULT_TIMEOUT = 600.0  # seconds
+
+
+@dataclass
+class Outcome:
+    """``status``: "proved", "counterexample", "unknown" (the time ran out, or z3 gave up) or
+    "disagreement" (a solver counterexample that the executor answers right: an encoding error)."""
+
+    status: str
+    reason: str
+    counterexample: dict | None = None
+    details: dict = field(default_factory=dict)
+
+    @property
+    def passed(self) -> bool:
+        return self.status == "proved"
+
+
+def label(v: Any) -> Any:
+    """An answer or a truth value as the verifier compares them (None as -1, numpy scalars as Python's)."""
+    if v is None:
+        return -1
+    return v.item() if isinstance(v, np.generic) else v
+
+
+# ------------------------------------------------------------------------------------------------
+# the model's kinds
+# ------------------------------------------------------------------------------------------------
+
+
+@functools.singledispatch
+def evaluator(model: Any, fmt: Any, T: int) -> Callable[[Enc, dict, bool], Callable[[int], list[Sym]]]:
+    """A factory ``(enc, shared, split) -> logits_at(position)`` of the model's kind."""
+    raise NotCovered(f"smt: no encoding of a {type(model).__name__}")
+
+
+@evaluator.register
+def _transformer(model: CompiledModel, fmt: Any, T: int):
+    fm, w = Formats(fmt), Weights(model, fmt)
+    if model.vector_input is not None:
+        raise NotCovered("smt: models that read input vectors (VectorInput) are not encoded (docs/smt.md)")
+
+    def make(enc: Enc, shared: dict, split: bool) -> Callable[[int], list[Sym]]:
+        return Forward(model, fm, w, enc, T, shared, split).logits
+
+    return make
+
+
+# ------------------------------------------------------------------------------------------------
+# the prover
+# ------------------------------------------------------------------------------------------------
+
+
+class Prover:
+    """One smt run (module docstring). ``progress(text)`` is called as answers and cases go by
+    (at most once a second); ``timeout`` bounds the whole run in seconds."""
+
+    def __init__(self, model: Any, fmt: Any, task: Task, timeout: float = DEFAULT_TIMEOUT,
+                 progress: Callable[[str], None] | None = None):
+        self.model, self.fmt, self.task = model, fmt, task
+        self.truth: Truth = truth_of(task, model)
+        self.T = int(task.length(model))
+        self.make = evaluator(model, fmt, self.T)
+        self.timeout, self.deadline = float(timeout), time.monotonic() + float(timeout)
+        self.progress, self._said = progress, 0.0
+        self.shared: dict = {}
+        self.stats = {"cases": 0, "solver_calls": 0, "solver_seconds": 0.0, "decided_in_python": 0}
+        labels = [label(x) for x in model.answers]
+        self.match = [[i for i, x in enumerate(labels) if x == label(v)] for v in self.truth.values]
+
+    def say(self, text: str, force: bool = False) -> None:
+        now = time.monotonic()
+        if self.progress is not None and (force or now - self._said >= 1.0):
+            self._said = now
+            self.progress(text)
+
+    def run(self) -> Outcome:
+        positions = self.model.answer_positions_for(self.T)
+        if len(positions) != self.truth.answers:
+            return Outcome("counterexample", f"the model answers at {len(positions)} positions, its task has "
+                                             f"{self.truth.answers} answers per input")
+        self.base = Enc(self.truth.domains)
+        self.base_fwd: Callable[[int], list[Sym]] | None = None
+        for a, pos in enumerate(positions):
+            self.say(f"answer {a + 1}/{len(positions)} (position {int(pos)})", force=True)
+            out = self.check(a, int(pos), {}, f"answer {a + 1}/{len(positions)}")
+            if out is not None:
+                out.details.update(self.stats)
+                return out
+        return Outcome("proved", f"proved for all inputs: no input of the task's domain where an answer differs "
+                                 f"from the truth ({self.truth.how})", details=dict(self.stats))
+
+    def _enc(self, fixed: dict[int, int]) -> Enc:
+        return self.base if not fixed else Enc(self.truth.domains, fixed)
+
+    def check(self, a: int, pos: int, fixed: dict[int, int], where: str, cases: int = 1) -> Outcome | None:
+        """None when answer a is right on every input of this case, else the outcome to report."""
+        if time.monotonic() > self.deadline:
+            return self._unknown(f"the time budget of {self.timeout:g} s ran out at {where}")
+        enc = self._enc(fixed)
+        self.stats["cases"] += 1
+        try:
+            if fixed:
+                logits = self.make(enc, self.shared, True)(pos)
+            else:  # the unsplit pass is shared by every answer position
+                if self.base_fwd is None:
+                    self.base_fwd = self.make(enc, self.shared, True)
+                logits = self.base_fwd(pos)
+        except NeedSplit as e:
+            split = [p for p in e.positions if enc.free(p)]
+            n = int(np.prod([enc.size(p) for p in split]))
+            if cases * n > SPLIT_MAX:
+                logits = self.make(enc, self.shared, False)(pos)
+            else:
+                combos = list(itertools.product(*[range(enc.size(p)) for p in split]))
+                for c, combo in enumerate(combos):
+                    here = f"{where}, case {c + 1}/{len(combos)} (tokens at positions {split})"
+                    self.say(here)
+                    out = self.check(a, pos, fixed | dict(zip(split, combo)), here, cases * n)
+                    if out is not None:
+                        return out
+                return None
+        code = self.truth.code(enc, a)
+        wrong = self.wrong(enc, logits, code)
+        cons = self.truth.constraints(enc)
+        return self.decide(enc, a, pos, wrong, cons, where)
+
+    def wrong(self, enc: Enc, logits: list[Sym], code: Sym) -> Sym:
+        """A boolean: the answer is wrong (no strict maximum, or its label is not the truth)."""
+        V = len(logits)
+        codes = range(len(self.truth.values))
+        if isinstance(code, Tab):
+            codes = [int(k) for k in np.unique(code.arr)]
+        if V == 1:
+            ok = any_of(enc, [cmp(enc, "==", code, const(k)) for k in codes if self.match[k]])
+            return not_(enc, ok)
+        if all(isinstance(s, Tab) for s in logits + [code]) and enc.union_cells(logits + [code]) <= enc.tab_max:
+            deps, arrs = enc.align(logits + [code])
+            shape = tuple(enc.size(p) for p in deps)
+            L = np.stack([np.broadcast_to(x, shape) for x in arrs[:-1]], axis=-1)
+            best = np.argmax(L, axis=-1)
+            top = np.take_along_axis(L, best[..., None], axis=-1)
+            strict = np.sum(L == top, axis=-1) == 1
+            table = np.zeros((len(self.truth.values), V), dtype=bool)
+            for k, idx in enumerate(self.match):
+                table[k, idx] = True
+            ok = strict & table[np.broadcast_to(arrs[-1], shape), best]
+            return Tab(deps, ~ok)
+        strict: dict[int, Sym] = {}
+        alts = []
+        for k in codes:
+            if not self.match[k]:
+                continue
+            for i in self.match[k]:
+                if i not in strict:
+                    strict[i] = all_of(enc, [cmp(enc, ">", logits[i], logits[j]) for j in range(V) if j != i])
+            alts.append(all_of(enc, [cmp(enc, "==", code, const(k)), any_of(enc, [strict[i] for i in self.match[k]])]))
+        return not_(enc, any_of(enc, alts))
+
+    def decide(self, enc: Enc, a: int, pos: int, wrong: Sym, cons: list[Sym], where: str) -> Outcome | None:
+        if all(isinstance(s, Tab) for s in [wrong] + cons) and enc.union_cells([wrong] + cons) <= enc.tab_max:
+            self.stats["decided_in_python"] += 1
+            deps, arrs = enc.align([wrong] + cons)
+            bad = np.broadcast_to(arrs[0], tuple(enc.size(p) for p in deps)).copy()
+            for c in arrs[1:]:
+                bad &= c
+            hit = np.argwhere(bad)
+            if hit.size == 0:
+                return None
+            idx = dict(zip(deps, (int(v) for v in hit[0])))
+            return self.replay(a, pos, self.tokens(enc, lambda p: idx.get(p, 0)), where)
+        if isinstance(wrong, Tab) and wrong.const and not wrong.value():
+            return None
+        solver = z3.SolverFor("QF_BV")
+        left = self.deadline - time.monotonic()
+        if left <= 0:
+            return self._unknown(f"the time budget of {self.timeout:g} s ran out at {where}")
+        solver.set("timeout", max(1, int(left * 1000)))
+        solver.add(*enc.constraints())
+        solver.add(*[enc.expr(c) for c in cons])
+        solver.add(enc.expr(wrong))
+        t0 = time.monotonic()
+        self.say(f"{where}: z3", force=False)
+        res = solver.check()
+        self.stats["solver_calls"] += 1
+        self.stats["solver_seconds"] = round(self.stats["solver_seconds"] + time.monotonic() - t0, 3)
+        if res == z3.unsat:
+            return None
+        if res == z3.unknown:
+            return self._unknown(f"z3 returned unknown at {where} ({solver.reason_unknown()})")
+        m = solver.model()
+        return self.replay(a, pos, self.tokens(enc, lambda p: m.eval(enc.var(p), model_completion=True).as_long()), where)
+
+    def tokens(self, enc: Enc, index_of: Callable[[int], int]) -> np.ndarray:
+        doms = self.truth.domains
+        return np.array([int(d[enc.fixed[p]]) if p in enc.fixed else int(d[index_of(p)]) if enc.free(p) else int(d[0])
+                         for p, d in enumerate(doms)], dtype=np.int64)
+
+    def _unknown(self, reason: str) -> Outcome:
+        return Outcome("unknown", f"unknown: {reason}; not a proof (raise the time budget, --smt-timeout)")
+
+    # ---- replay ------------------------------------------------------------------------------------
+    def replay(self, a: int, pos: int, tokens: np.ndarray, where: str) -> Outcome:
+        """The counterexample through the task, the executor and torch (module docstring)."""
+        model, task = self.model, self.task
+        arrays = self.truth.decode(tokens)
+        batch = task.batch(model, *arrays)
+        if not np.array_equal(np.asarray(batch.tokens).reshape(-1), tokens):
+            return Outcome("disagreement", f"smt: the counterexample's tokens {tokens.tolist()} do not round-trip through "
+                                           "the task's encoding (an encoding error)")
+        truth = np.asarray(batch.truth).reshape(1, -1)[0, a]
+        full = Enc(self.truth.domains, {p: int(np.searchsorted(d, tokens[p])) for p, d in enumerate(self.truth.domains)})
+        encoded = self.truth.values[self.truth.code(full, a).value()]
+        if label(encoded) != label(truth):
+            return Outcome("disagreement", f"smt: the encoded truth {encoded!r} differs from the task's truth {truth!r} on "
+                                           f"{batch.example(0)} (an encoding error)")
+        res = run(model, batch.tokens, self.fmt)
+        got, ok = self._answer(res.logits[0, a])
+        cex = {"input": batch.example(0), "expected": label(truth), "got": label(got) if got is not None else None,
+               "answer_position": pos if self.truth.answers > 1 else None,
+               "logits": [str(self.fmt.to_fraction(int(v))) for v in res.logits[0, a]], "arithmetic": self.fmt.name,
+               "found": where}
+        if ok(label(truth)):
+            return Outcome("disagreement", f"smt: the solver's counterexample {batch.example(0)} is answered right by the "
+                                           "executor (an encoding error)", cex)
+        cex["torch_float64"] = self._torch(batch.tokens, a, label(truth))
+        return Outcome("counterexample", "counterexample found (replayed wrong through the executor)", cex)
+
+    def _answer(self, logits: np.ndarray) -> tuple[Any, Callable[[Any], bool]]:
+        """(the executor's answer or None on a tie, is-right(truth))."""
+        L = np.asarray(logits)
+        if L.size == 1:
+            return self.model.answers[0], lambda t: label(self.model.answers[0]) == t
+        best = int(np.argmax(L))
+        strict = int(np.sum(L == L[best])) == 1
+        got = self.model.answers[best] if strict else None
+        return got, lambda t: strict and label(self.model.answers[best]) == t
+
+    def _torch(self, tokens: Any, a: int, truth: Any) -> dict:
+        from exactformer.verify.executor.torch_run import run_torch  # torch is imported when a counterexample is found
+
+        try:
+            res = run_torch(self.model, tokens, "float64")
+        except ValueError as e:
+            return {"ran": False, "reason": str(e)}
+        got, ok = self._answer(res.logits[0, a])
+        return {"ran": True, "got": label(got) if got is not None else None, "wrong": not ok(truth)}
+
+
+def prove(model: Any, fmt: Any, task: Task, timeout: float = DEFAULT_TIMEOUT,
+          progress: Callable[[str], None] | None = None) -> Outcome:
+    """Prove ``model`` right on every input of ``task`` in the fixed-point format ``fmt``, or find a
+    counterexample (module docstring). Raises :class:`NotCovered` for what is not encoded."""
+    return Prover(model, fmt, task, timeout, progress).run()
