@@ -24,7 +24,6 @@ module (recorded: a fixed-point counterexample may be right in floats).
 
 from __future__ import annotations
 
-import functools
 import itertools
 import time
 from dataclasses import dataclass, field
@@ -33,12 +32,13 @@ from typing import Any, Callable
 import numpy as np
 import z3
 
-from exactformer.constructions.core.ir import CompiledModel
 from exactformer.constructions.core.task import Task
 from exactformer.verify.executor.exact import run
+from exactformer.verify.smt import recurrent, transformer  # noqa: F401  (register their evaluators)
 from exactformer.verify.smt.sym import Enc, Sym, Tab, all_of, any_of, cmp, const, not_
-from exactformer.verify.smt.transformer import Formats, Forward, NeedSplit, Weights
-from exactformer.verify.smt.truth import NotCovered, Truth, truth_of
+from exactformer.verify.smt.transformer import NeedSplit
+from exactformer.verify.smt.truth import Truth, truth_of
+from exactformer.verify.smt.vectors import evaluator
 
 SPLIT_MAX = 1 << 12  # cases per answer position
 DEFAULT_TIMEOUT = 600.0  # seconds
@@ -67,29 +67,6 @@ def label(v: Any) -> Any:
 
 
 # ------------------------------------------------------------------------------------------------
-# the model's kinds
-# ------------------------------------------------------------------------------------------------
-
-
-@functools.singledispatch
-def evaluator(model: Any, fmt: Any, T: int) -> Callable[[Enc, dict, bool], Callable[[int], list[Sym]]]:
-    """A factory ``(enc, shared, split) -> logits_at(position)`` of the model's kind."""
-    raise NotCovered(f"smt: no encoding of a {type(model).__name__}")
-
-
-@evaluator.register
-def _transformer(model: CompiledModel, fmt: Any, T: int):
-    fm, w = Formats(fmt), Weights(model, fmt)
-    if model.vector_input is not None:
-        raise NotCovered("smt: models that read input vectors (VectorInput) are not encoded (docs/smt.md)")
-
-    def make(enc: Enc, shared: dict, split: bool) -> Callable[[int], list[Sym]]:
-        return Forward(model, fm, w, enc, T, shared, split).logits
-
-    return make
-
-
-# ------------------------------------------------------------------------------------------------
 # the prover
 # ------------------------------------------------------------------------------------------------
 
@@ -110,6 +87,7 @@ class Prover:
         self.stats = {"cases": 0, "solver_calls": 0, "solver_seconds": 0.0, "decided_in_python": 0}
         labels = [label(x) for x in model.answers]
         self.match = [[i for i, x in enumerate(labels) if x == label(v)] for v in self.truth.values]
+        self.tie_ok = np.array([label(v) == label(None) for v in self.truth.values], dtype=bool)
 
     def say(self, text: str, force: bool = False) -> None:
         now = time.monotonic()
@@ -169,12 +147,14 @@ class Prover:
         return self.decide(enc, a, pos, wrong, cons, where)
 
     def wrong(self, enc: Enc, logits: list[Sym], code: Sym) -> Sym:
-        """A boolean: the answer is wrong (no strict maximum, or its label is not the truth)."""
+        """A boolean: the answer is wrong. The answer is decoded as the executor decodes it: the
+        label of the strict maximum, or no answer (None) where the largest logits tie; the verifier
+        compares None as -1, so a tie is right exactly where the truth is -1 (or None)."""
         V = len(logits)
         codes = range(len(self.truth.values))
         if isinstance(code, Tab):
             codes = [int(k) for k in np.unique(code.arr)]
-        if V == 1:
+        if V == 1:  # one logit: always its label
             ok = any_of(enc, [cmp(enc, "==", code, const(k)) for k in codes if self.match[k]])
             return not_(enc, ok)
         if all(isinstance(s, Tab) for s in logits + [code]) and enc.union_cells(logits + [code]) <= enc.tab_max:
@@ -187,17 +167,16 @@ class Prover:
             table = np.zeros((len(self.truth.values), V), dtype=bool)
             for k, idx in enumerate(self.match):
                 table[k, idx] = True
-            ok = strict & table[np.broadcast_to(arrs[-1], shape), best]
+            c = np.broadcast_to(arrs[-1], shape)
+            ok = np.where(strict, table[c, best], self.tie_ok[c])
             return Tab(deps, ~ok)
-        strict: dict[int, Sym] = {}
+        strict = [all_of(enc, [cmp(enc, ">", logits[i], logits[j]) for j in range(V) if j != i]) for i in range(V)]
+        tie = not_(enc, any_of(enc, strict))
         alts = []
         for k in codes:
-            if not self.match[k]:
-                continue
-            for i in self.match[k]:
-                if i not in strict:
-                    strict[i] = all_of(enc, [cmp(enc, ">", logits[i], logits[j]) for j in range(V) if j != i])
-            alts.append(all_of(enc, [cmp(enc, "==", code, const(k)), any_of(enc, [strict[i] for i in self.match[k]])]))
+            right = [strict[i] for i in self.match[k]] + ([tie] if self.tie_ok[k] else [])
+            if right:
+                alts.append(all_of(enc, [cmp(enc, "==", code, const(k)), any_of(enc, right)]))
         return not_(enc, any_of(enc, alts))
 
     def decide(self, enc: Enc, a: int, pos: int, wrong: Sym, cons: list[Sym], where: str) -> Outcome | None:
@@ -259,7 +238,7 @@ class Prover:
                                            f"{batch.example(0)} (an encoding error)")
         res = run(model, batch.tokens, self.fmt)
         got, ok = self._answer(res.logits[0, a])
-        cex = {"input": batch.example(0), "expected": label(truth), "got": label(got) if got is not None else None,
+        cex = {"input": batch.example(0), "expected": label(truth), "got": None if got is None else label(got),
                "answer_position": pos if self.truth.answers > 1 else None,
                "logits": [str(self.fmt.to_fraction(int(v))) for v in res.logits[0, a]], "arithmetic": self.fmt.name,
                "found": where}
@@ -270,14 +249,11 @@ class Prover:
         return Outcome("counterexample", "counterexample found (replayed wrong through the executor)", cex)
 
     def _answer(self, logits: np.ndarray) -> tuple[Any, Callable[[Any], bool]]:
-        """(the executor's answer or None on a tie, is-right(truth))."""
+        """(the answer as the executor decodes it -- None on a tie --, is-right(truth))."""
         L = np.asarray(logits)
-        if L.size == 1:
-            return self.model.answers[0], lambda t: label(self.model.answers[0]) == t
         best = int(np.argmax(L))
-        strict = int(np.sum(L == L[best])) == 1
-        got = self.model.answers[best] if strict else None
-        return got, lambda t: strict and label(self.model.answers[best]) == t
+        got = self.model.answers[best] if L.size == 1 or int(np.sum(L == L[best])) == 1 else None
+        return got, lambda t: label(got) == t
 
     def _torch(self, tokens: Any, a: int, truth: Any) -> dict:
         from exactformer.verify.executor.torch_run import run_torch  # torch is imported when a counterexample is found
@@ -287,7 +263,7 @@ class Prover:
         except ValueError as e:
             return {"ran": False, "reason": str(e)}
         got, ok = self._answer(res.logits[0, a])
-        return {"ran": True, "got": label(got) if got is not None else None, "wrong": not ok(truth)}
+        return {"ran": True, "got": None if got is None else label(got), "wrong": not ok(truth)}
 
 
 def prove(model: Any, fmt: Any, task: Task, timeout: float = DEFAULT_TIMEOUT,

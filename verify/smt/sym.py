@@ -30,6 +30,10 @@ VALS_MAX = 256  # a term's possible values are tracked while there are at most t
 BIG = 1 << 62  # numpy int64 products and sums are used while magnitudes stay below this
 
 
+class NotCovered(ValueError):
+    """The smt mode cannot encode this model, format or task (the message says why)."""
+
+
 # ------------------------------------------------------------------------------------------------
 # exact integer helpers
 # ------------------------------------------------------------------------------------------------
@@ -514,6 +518,28 @@ def lookup(enc: Enc, table: Callable[[np.ndarray], np.ndarray], s: Sym, window: 
     if s.lo < lo:
         e = z3.If(se < lo, z3.BitVecVal(below, wo), e)
     return Term(e, min(values), max(values), tuple(sorted(set(values))))
+
+
+def lookup_n(enc: Enc, fn: Callable[..., np.ndarray], syms: Sequence[Sym]) -> Sym:
+    """fn(*syms) for an elementwise integer function ``fn`` of several values: a table where their
+    joint table is small, else a branch per possible value of the first value that is not a
+    constant (its table's values, or a term's tracked ones)."""
+    if all(isinstance(s, Tab) for s in syms) and enc.union_cells(syms) <= enc.tab_max:
+        return apply(enc, syms, lambda *a: as_int(np.asarray(fn(*a))), None, None)
+    for i, s in enumerate(syms):
+        if isinstance(s, Tab) and s.const:
+            continue
+        rest = list(syms)
+
+        def fix(c: int, i: int = i) -> Sym:
+            rest[i] = const(c)
+            return lookup_n(enc, fn, list(rest))
+        if isinstance(s, Tab):
+            return _by_values(enc, s, fix)
+        if s.vals_ is None:
+            raise ValueError("lookup_n: a term with unknown values")
+        return _by_term_values(enc, s, fix)
+    return const(int(np.asarray(fn(*[s.arr for s in syms]))))
 
 
 # ---- booleans ----------------------------------------------------------------------------------

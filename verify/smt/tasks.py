@@ -12,9 +12,15 @@ from typing import Any
 import numpy as np
 
 from exactformer.constructions.theorems.boolean_tasks import EqualityTask, ThresholdTask, threshold_spec
+from exactformer.constructions.theorems.dyck import DyckTask
 from exactformer.constructions.theorems.index_lookup import IndexLookupTask
-from exactformer.verify.smt.sym import Enc, Sym, all_of, any_of, cmp, const, lookup, mul_const, not_, select, sub, total
-from exactformer.verify.smt.truth import Truth, as_code, domain_list, encodes
+from exactformer.constructions.theorems.induction_heads import KHopTask
+from exactformer.constructions.theorems.match2 import Match2Task
+from exactformer.constructions.theorems.mpc_simulation import PrefixSumsTask
+from exactformer.constructions.theorems.mqar import MQARTask
+from exactformer.verify.smt.sym import (Enc, Sym, all_of, any_of, cmp, const, ite, lookup, lookup_n, mul_const, not_,
+                                        select, sub, total)
+from exactformer.verify.smt.truth import NotCovered, Truth, as_code, domain_list, encodes
 
 
 @encodes(IndexLookupTask)
@@ -73,3 +79,110 @@ def threshold(task: ThresholdTask, model: Any) -> Truth:
 
     return Truth(domain_list(task, model), [0, 1], code, 1, lambda tok: (tok[None, 1 : n + 1],))
 
+
+
+@encodes(Match2Task)
+def match2(task: Match2Task, model: Any) -> Truth:
+    """P2 Def. 5.1: answer i is 1{exists j (j = i allowed): x_i + x_j = 0 mod M}; BOS (id M) at 0, x_i at i."""
+    M, n = task.modulus(model), model.n
+
+    def code(enc: Enc, a: int) -> Sym:
+        want = lookup(enc, lambda u: (M - np.asarray(u)) % M, enc.token(a + 1))
+        return as_code(enc, any_of(enc, [cmp(enc, "==", enc.token(j + 1), want) for j in range(n)]))
+
+    return Truth(domain_list(task, model), [0, 1], code, n, lambda tok: (tok[None, 1:],))
+
+
+@encodes(KHopTask)
+def k_hop(task: KHopTask, model: Any) -> Truth:
+    """P2 Defs. 5.3, 5.5: answer p is w at sigma^k(p), or -1 (no answer) where a hop has none; sigma(p)
+    = 1 + (the last q < p with w_q = w_p), none if there is no such q (0-based); BOS at 0, w_p at p + 1."""
+    S, n, k = task.symbols(model), model.n, int(model.task_params["k"])
+    none = const(-1)
+
+    def code(enc: Enc, a: int) -> Sym:
+        w = [enc.token(p + 1) for p in range(n)]
+        sigma = []
+        for p in range(n):
+            s: Sym = none
+            for q in range(p):
+                s = ite(enc, cmp(enc, "==", w[q], w[p]), const(q + 1), s)
+            sigma.append(s)
+        cur: Sym = const(a)
+        for _ in range(k):
+            cur = ite(enc, cmp(enc, "==", cur, none), none, select(enc, cur, sigma))
+        return ite(enc, cmp(enc, "==", cur, none), const(S), select(enc, cur, w))
+
+    return Truth(domain_list(task, model), list(range(S)) + [-1], code, n, lambda tok: (tok[None, 1:],))
+
+
+@encodes(PrefixSumsTask)
+def prefix_sums(task: PrefixSumsTask, model: Any) -> Truth:
+    """y_i = (x_1 + ... + x_i) mod 2^p; BOS at 0, the words at 1..N."""
+    D, n = task.symbols(model), model.n
+
+    def code(enc: Enc, a: int) -> Sym:
+        return lookup(enc, lambda u: np.asarray(u) % D, total(enc, [enc.token(i + 1) for i in range(a + 1)]))
+
+    return Truth(domain_list(task, model), list(range(D)), code, n, lambda tok: (tok[None, 1:],))
+
+
+@encodes(MQARTask)
+def mqar(task: MQARTask, model: Any) -> Truth:
+    """MQAR (lean variant): tokens s_1, y_1, s_2, ..., s_N (symbol ids, label ids |Sigma| + y); the
+    first half's symbols distinct, the second half a permutation of them (the precondition); the
+    answer at each of the model's answer positions q is the label of the first-half key equal to
+    s at q (the task's truth reads the answer positions from the model)."""
+    if task.variant(model) == "nn":
+        raise NotCovered("smt: MQAR's nn variant reads input vectors (VectorInput), which are not encoded (docs/smt.md)")
+    S, L, n = task.alphabet(model), len(model.answers), model.n
+    h, T = n // 2, 2 * n - 1
+    qs = [int(q) // 2 for q in model.answer_positions_for(T)]
+
+    def code(enc: Enc, a: int) -> Sym:
+        q = enc.token(2 * qs[a])
+        out: Sym = sub(enc, enc.token(1), const(S))
+        for j in reversed(range(h)):  # argmax: the first match wins (0 where none, which the precondition excludes)
+            out = ite(enc, cmp(enc, "==", enc.token(2 * j), q), sub(enc, enc.token(2 * j + 1), const(S)), out)
+        return out
+
+    def constraints(enc: Enc) -> list[Sym]:
+        s = [enc.token(2 * i) for i in range(n)]
+        first, second = s[:h], s[h:]
+        out = [cmp(enc, "!=", x, y) for half in (first, second) for i, x in enumerate(half) for y in half[i + 1:]]
+        return out + [any_of(enc, [cmp(enc, "==", x, y) for y in first]) for x in second]
+
+    def decode(tok: np.ndarray) -> tuple[np.ndarray, ...]:
+        return tok[None, 0::2], tok[None, 1::2] - S
+
+    return Truth(domain_list(task, model), list(range(L)), code, len(qs), decode, constraints)
+
+
+@encodes(DyckTask)
+def dyck(task: DyckTask, model: Any) -> Truth:
+    """Membership in Dyck-(k, D) of the whole string (the answer at the last position): the stack of
+    open bracket types (token 2t opens type t, 2t + 1 closes it), refused past depth D or on a
+    mismatched close, accepted when empty at the end -- states numbered here, one per stack."""
+    k, D = task.params(model)
+    n = task.length(model)
+    stacks = [()]
+    for d in range(D):
+        stacks += [s + (t,) for s in stacks if len(s) == d for t in range(k)]
+    number = {s: i for i, s in enumerate(stacks)}
+    reject = len(stacks)
+    step = np.full((reject + 1, 2 * k), reject, dtype=np.int64)
+    for s, i in number.items():
+        for tok in range(2 * k):
+            kind, opening = tok // 2, tok % 2 == 0
+            if opening and len(s) < D:
+                step[i, tok] = number[s + (kind,)]
+            elif not opening and s and s[-1] == kind:
+                step[i, tok] = number[s[:-1]]
+
+    def code(enc: Enc, a: int) -> Sym:
+        state: Sym = const(number[()])
+        for j in range(n):
+            state = lookup_n(enc, lambda x, y: step[x, y], [state, enc.token(j)])
+        return as_code(enc, cmp(enc, "==", state, const(number[()])))
+
+    return Truth(domain_list(task, model), [0, 1], code, 1, lambda tok: (tok[None, :],))

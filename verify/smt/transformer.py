@@ -20,17 +20,17 @@ layers at the positions the later ones attend to.
 
 from __future__ import annotations
 
-import functools
 from typing import Any
 
 import numpy as np
 import z3
 
 from exactformer.constructions.core.ir import CompiledModel
-from exactformer.verify.smt.sym import (ZERO, Acc, Enc, Sym, Tab, Term, add, as_int, clip, const, is_zero, lookup,
-                                        mul_const, prod_rnd, prune, rnd, rnd_arr, sub, width, wide)
+from exactformer.verify.smt.sym import (ZERO, Acc, Enc, NotCovered, Sym, Tab, Term, add, as_int, clip, const, is_zero, lookup,
+                                        lookup_n, prod_rnd, rnd_arr, sub, width, wide)
+from exactformer.verify.smt.vectors import CHUNK, Formats, Vec, add_vec, affine, bound, evaluator, relu_vec
 
-CHUNK = 1 << 22  # entries of one numpy product block
+QUOTIENT_TABLE = 1 << 12  # a softmax weight e S / Z whose (e, Z) pairs number at most this is a table
 
 
 class NeedSplit(Exception):
@@ -40,66 +40,6 @@ class NeedSplit(Exception):
     def __init__(self, positions: tuple[int, ...]):
         super().__init__(positions)
         self.positions = positions
-
-
-class Vec:
-    """The values at one position: a block (``deps``, ``arr`` [cells..., d]) when every entry is a table
-    over the same positions, else a list of values."""
-
-    __slots__ = ("deps", "arr", "_syms")
-
-    def __init__(self, syms: list[Sym] | None = None, deps: tuple[int, ...] | None = None, arr: np.ndarray | None = None):
-        if arr is not None:
-            deps, arr = prune(deps, arr)
-        self.deps, self.arr, self._syms = deps, arr, syms
-        if syms is not None and arr is None:
-            if syms and all(isinstance(s, Tab) and s.deps == syms[0].deps for s in syms):
-                self.deps = syms[0].deps
-                self.arr = as_int(np.stack([s.arr for s in syms], axis=-1))
-
-    def __len__(self) -> int:
-        return int(self.arr.shape[-1]) if self.arr is not None else len(self._syms)
-
-    @property
-    def syms(self) -> list[Sym]:
-        if self._syms is None:
-            self._syms = [Tab(self.deps, self.arr[..., c]) for c in range(self.arr.shape[-1])]
-        return self._syms
-
-    @property
-    def block(self) -> bool:
-        return self.arr is not None
-
-
-def _bound(a: np.ndarray) -> int:
-    return int(np.max(np.abs(a))) if a.size else 0
-
-
-class Formats:
-    """The format's numbers: scale S, range, rounding, and its rounded exp (the format's own)."""
-
-    def __init__(self, fmt: Any):
-        self.fmt = fmt
-        self.S, self.lo, self.hi = int(fmt.scale), int(fmt.min_raw), int(fmt.max_raw)
-        self.nearest = fmt.rounding == "nearest-even"
-        self.e_max = min(self.S, self.hi)  # exp(0) saturated
-
-    @functools.cached_property
-    def exp_window(self) -> tuple[int, int]:
-        """(d0, 0): exp(d) = 0 for every raw d < d0 (monotone; checked at d0 - 1)."""
-        step = self.S
-        d0 = -1
-        while d0 - step >= self.lo and int(self.exp(np.array([d0 - step]))[0]) > 0:
-            d0 -= step
-        lo = max(self.lo, d0 - step)
-        while lo < d0 and int(self.exp(np.array([lo]))[0]) == 0:
-            lo += 1
-        return lo, 0
-
-    def exp(self, d: np.ndarray) -> np.ndarray:
-        """The format's rounded, saturated exp of raw values d <= 0."""
-        d = np.asarray(d)
-        return as_int(np.asarray(self.fmt.exp(np.asarray(d, dtype=np.int64 if d.dtype != object else object))))
 
 
 class Weights:
@@ -137,7 +77,7 @@ class Forward:
     def logits(self, pos: int) -> list[Sym]:
         """The logits at position ``pos`` (raw values of the format)."""
         x = self.resid(len(self.w.layers), pos)
-        return self._affine(x, self.w.W_U, self.w.b_U).syms
+        return affine(self.enc, self.fm, x, self.w.W_U, self.w.b_U).syms
 
     def resid(self, layer: int, t: int) -> Vec:
         """The residual stream entering block ``layer`` at position t (layer = n_layers: the output)."""
@@ -151,10 +91,10 @@ class Forward:
             x = self.resid(layer - 1, t)
             heads = [self._head(layer - 1, L, h, t) for h in range(L["H"])]
             z = Vec([s for hv in heads for s in hv.syms]) if len(heads) > 1 else heads[0]
-            x = self._add(x, self._affine(z, L["O"], L["bO"]))
-            hid = self._affine(x, L["W_in"], L["b_in"])
-            hid = self._relu(hid)
-            v = self._add(x, self._affine(hid, L["W_out"], L["b_out"]))
+            x = add_vec(self.enc, self.fm, x, affine(self.enc, self.fm, z, L["O"], L["bO"]))
+            hid = affine(self.enc, self.fm, x, L["W_in"], L["b_in"])
+            hid = relu_vec(self.enc, hid)
+            v = add_vec(self.enc, self.fm, x, affine(self.enc, self.fm, hid, L["W_out"], L["b_out"]))
         self.memo[key] = v
         return v
 
@@ -171,7 +111,7 @@ class Forward:
         ids = tok.arr.reshape(-1)
         E = w.embed(ids)  # [cells, d_model]
         P = w.pos(np.array([t]))[0]
-        x = np.clip(wide(E, _bound(E) + _bound(P)) + P, fm.lo, fm.hi)
+        x = np.clip(wide(E, bound(E) + bound(P)) + P, fm.lo, fm.hi)
         deps = tok.deps
         v = Vec(deps=deps, arr=as_int(x.reshape(tok.arr.shape + (E.shape[1],))))
         if t in self.vectors:  # hook_embed = add(W_E[tok], vector): saturated, then the position added
@@ -187,70 +127,20 @@ class Forward:
         return v
 
     # ---- linear maps -----------------------------------------------------------------------------
-    def _affine(self, x: Vec, W: np.ndarray, b: np.ndarray) -> Vec:
-        """sat(sat(sum_i rnd(x_i W_ij)) + b_j): the format's matmul, then its add."""
-        fm = self.fm
-        y = self._matmul(x, W)
-        if y.block:
-            arr = np.clip(wide(y.arr, _bound(y.arr) + _bound(b)) + b, fm.lo, fm.hi)
-            return Vec(deps=y.deps, arr=as_int(arr))
-        enc = self.enc
-        return Vec([clip(enc, add(enc, s, const(int(b[j]))), fm.lo, fm.hi) if b[j] else s
-                    for j, s in enumerate(y.syms)])
-
-    def _matmul(self, x: Vec, W: np.ndarray) -> Vec:
-        """sat(sum_i rnd(x_i W_ij)): rounded products summed exactly, saturated once."""
-        fm, enc = self.fm, self.enc
-        d_out = W.shape[1]
-        live = np.flatnonzero(np.any(W != 0, axis=1))
-        if x.block:
-            live = live[np.any(x.arr[..., live] != 0, axis=tuple(range(x.arr.ndim - 1)))] if live.size else live
-            out = _block_matmul(x.arr[..., live], W[live], fm.S, fm.nearest)
-            return Vec(deps=x.deps, arr=as_int(np.clip(out, fm.lo, fm.hi)))
-        acc = Acc(enc, d_out)
-        syms = x.syms
-        groups: dict[tuple[int, ...], list[int]] = {}
-        for i in live:
-            s = syms[i]
-            if is_zero(s):
-                continue
-            if isinstance(s, Tab):
-                groups.setdefault(s.deps, []).append(int(i))
-            else:
-                for j in np.flatnonzero(W[i]):
-                    acc.add_sym(int(j), rnd(enc, mul_const(enc, s, int(W[i, j])), fm.S, fm.nearest))
-        for deps, idx in groups.items():
-            arr = as_int(np.stack([syms[i].arr for i in idx], axis=-1))
-            acc.add(deps, _block_matmul(arr, W[idx], fm.S, fm.nearest))
-        return Vec([clip(enc, s, fm.lo, fm.hi) for s in acc.result()])
-
-    def _add(self, x: Vec, y: Vec) -> Vec:
-        fm, enc = self.fm, self.enc
-        if x.block and y.block and x.deps == y.deps:
-            return Vec(deps=x.deps, arr=as_int(np.clip(wide(x.arr, _bound(x.arr) + _bound(y.arr)) + y.arr, fm.lo, fm.hi)))
-        return Vec([b if is_zero(a) else a if is_zero(b) else clip(enc, add(enc, a, b), fm.lo, fm.hi)
-                    for a, b in zip(x.syms, y.syms)])
-
-    def _relu(self, x: Vec) -> Vec:
-        if x.block:
-            return Vec(deps=x.deps, arr=np.maximum(x.arr, 0))
-        return Vec([clip(self.enc, s, 0, max(s.hi, 0)) for s in x.syms])
-
     # ---- attention --------------------------------------------------------------------------------
     def _proj(self, layer: int, L: dict, h: int, kind: str, t: int) -> Vec:
         key = ("proj", layer, h, kind, t)
         if layer == 0 and t not in self.vectors:
             skey = key + (self._fixed_key(t),)
             if skey not in self.shared:
-                self.shared[skey] = self._affine(self.resid(0, t), L[kind][h], L["b" + kind][h])
+                self.shared[skey] = affine(self.enc, self.fm, self.resid(0, t), L[kind][h], L["b" + kind][h])
             return self.shared[skey]
         if key not in self.memo:
-            self.memo[key] = self._affine(self.resid(layer, t), L[kind][h], L["b" + kind][h])
+            self.memo[key] = affine(self.enc, self.fm, self.resid(layer, t), L[kind][h], L["b" + kind][h])
         return self.memo[key]
 
     def _head(self, layer: int, L: dict, h: int, i: int) -> Vec:
         """z at query position i of head h."""
-        enc, fm = self.enc, self.fm
         keys = list(range(i + 1)) if L["causal"] else list(range(self.T))
         q = self._proj(layer, L, h, "Q", i)
         ks = [self._proj(layer, L, h, "K", j) for j in keys]
@@ -277,7 +167,7 @@ class Forward:
                 deps, (x, y) = enc.align((Tab(q.deps, q.arr[..., 0]), Tab(k.deps, k.arr[..., 0])))
                 xs = q.arr.reshape(x.shape + (q.arr.shape[-1],))
                 ys = k.arr.reshape(y.shape + (k.arr.shape[-1],))
-                p = rnd_arr(wide(xs, _bound(q.arr) * _bound(k.arr) * q.arr.shape[-1]) * ys, fm.S, fm.nearest).sum(axis=-1)
+                p = rnd_arr(wide(xs, bound(q.arr) * bound(k.arr) * q.arr.shape[-1]) * ys, fm.S, fm.nearest).sum(axis=-1)
                 out[j] = Tab(deps, as_int(np.clip(p, fm.lo, fm.hi)))
                 continue
             acc = Acc(enc, 1)
@@ -337,6 +227,10 @@ class Forward:
         enc, fm = self.enc, self.fm
         if is_zero(e):
             return ZERO
+        ev, zv = e.vals(), Z.vals()
+        if ev is not None and zv is not None and ev.size * zv.size <= QUOTIENT_TABLE:  # a table, not a division
+            return lookup_n(enc, lambda x, z: np.minimum(_div(wide(np.asarray(x), e.hi * fm.S) * fm.S, np.asarray(z),
+                                                              fm.nearest), fm.hi), [e, Z])
         num_hi = e.hi * fm.S
         w = max(width(0, num_hi), width(Z.lo, Z.hi)) + 1
         n = enc.expr(e, w) * z3.BitVecVal(fm.S, w)
@@ -362,7 +256,7 @@ class Forward:
                 shape = tuple(enc.size(p) for p in deps)
                 x = aj.arr.reshape(tuple(enc.size(p) if p in aj.deps else 1 for p in deps) + (1,))
                 y = v.arr.reshape(tuple(enc.size(p) if p in v.deps else 1 for p in deps) + (dv,))
-                p = rnd_arr(wide(x, _bound(aj.arr) * _bound(v.arr)) * y, fm.S, fm.nearest)
+                p = rnd_arr(wide(x, bound(aj.arr) * bound(v.arr)) * y, fm.S, fm.nearest)
                 acc.add(deps, as_int(np.broadcast_to(p, shape + (dv,)).copy()))
                 continue
             for d, vd in enumerate(v.syms):
@@ -370,32 +264,14 @@ class Forward:
         return Vec([clip(enc, x, fm.lo, fm.hi) for x in acc.result()])
 
 
-def _block_matmul(x: np.ndarray, W: np.ndarray, S: int, nearest: bool) -> np.ndarray:
-    """sum_i rnd(x[..., i] W[i, j]) for a block x [cells..., k] and raw weights W [k, d_out] (exact)."""
-    lead = x.shape[:-1]
-    k, d_out = W.shape
-    if k == 0:
-        return np.zeros(lead + (d_out,), dtype=np.int64)
-    bound = _bound(x) * _bound(W) * k
-    if W.dtype != object and x.dtype != object and not np.any(W % S) and bound < 1 << 53:
-        return (x.reshape(-1, k).astype(np.float64) @ (W // S).astype(np.float64)).astype(np.int64).reshape(lead + (d_out,))
-    xf = wide(x.reshape(-1, k), bound)
-    out = np.zeros((xf.shape[0], d_out), dtype=xf.dtype if xf.dtype == object else np.int64)
-    rows = max(1, CHUNK // max(1, xf.shape[0] * d_out))
-    for r0 in range(0, k, rows):
-        blk = xf[:, r0 : r0 + rows, None] * W[None, r0 : r0 + rows, :]
-        out = out + rnd_arr(blk, S, nearest).sum(axis=1)
-    return out.reshape(lead + (d_out,))
-
-
 def _pair_dot(q: np.ndarray, K: np.ndarray, S: int, nearest: bool) -> np.ndarray:
     """sum_d rnd(q[..., d] K[j, d]) -> [cells..., J]."""
     lead = q.shape[:-1]
     qf = q.reshape(-1, q.shape[-1])
-    bound = _bound(q) * _bound(K) * q.shape[-1]
-    if K.dtype != object and q.dtype != object and not np.any(K % S) and bound < 1 << 53:
+    big = bound(q) * bound(K) * q.shape[-1]
+    if K.dtype != object and q.dtype != object and not np.any(K % S) and big < 1 << 53:
         return (qf.astype(np.float64) @ (K // S).T.astype(np.float64)).astype(np.int64).reshape(lead + (K.shape[0],))
-    qf = wide(qf, bound)
+    qf = wide(qf, big)
     J = K.shape[0]
     out = np.zeros((qf.shape[0], J), dtype=qf.dtype if qf.dtype == object else np.int64)
     rows = max(1, CHUNK // max(1, qf.shape[0] * q.shape[-1]))
@@ -410,9 +286,25 @@ def _softmax_rows(s: np.ndarray, fm: Formats) -> np.ndarray:
     m = np.max(s, axis=-1, keepdims=True)
     d = np.maximum(wide(s, 1 << 63) - m, fm.lo)
     e = fm.exp(as_int(d))
-    Z = np.minimum(np.sum(wide(e, _bound(e) * s.shape[-1]), axis=-1, keepdims=True), fm.hi)
-    num = wide(e, _bound(e) * fm.S) * fm.S
-    q, r = np.divmod(num, Z)
-    if fm.nearest:
-        q = q + ((2 * r > Z) | ((2 * r == Z) & (q % 2 == 1))).astype(np.int64)
-    return as_int(np.minimum(q, fm.hi))
+    Z = np.minimum(np.sum(wide(e, bound(e) * s.shape[-1]), axis=-1, keepdims=True), fm.hi)
+    return as_int(np.minimum(_div(wide(e, bound(e) * fm.S) * fm.S, Z, fm.nearest), fm.hi))
+
+
+def _div(num: np.ndarray, den: np.ndarray, nearest: bool) -> np.ndarray:
+    """num / den rounded (floor, or nearest with ties to even), den > 0, elementwise."""
+    q, r = np.divmod(num, den)
+    if nearest:
+        q = q + ((2 * r > den) | ((2 * r == den) & (q % 2 == 1))).astype(np.int64)
+    return q
+
+
+@evaluator.register
+def _transformer(model: CompiledModel, fmt: Any, T: int):
+    if model.vector_input is not None:
+        raise NotCovered("smt: models that read input vectors (VectorInput) are not encoded (docs/smt.md)")
+    fm, w = Formats(fmt), Weights(model, fmt)
+
+    def make(enc: Enc, shared: dict, split: bool):
+        return Forward(model, fm, w, enc, T, shared, split).logits
+
+    return make

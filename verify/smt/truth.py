@@ -23,14 +23,10 @@ from typing import Any, Callable
 import numpy as np
 
 from exactformer.constructions.core.task import Task, redefines
-from exactformer.verify.smt.sym import (Enc, Sym, Tab, all_of, any_of, cmp, const, ite, lookup, not_, select, sub,
+from exactformer.verify.smt.sym import (Enc, NotCovered, Sym, Tab, all_of, any_of, cmp, const, ite, lookup, not_, select, sub,
                                         total)
 
 TABLE_LIMIT = 1 << 16  # inputs (and token combinations) of a task without an encoding, tabulated from its truth
-
-
-class NotCovered(ValueError):
-    """The smt mode cannot encode this model or task (the message says why)."""
 
 
 @dataclass
