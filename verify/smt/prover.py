@@ -35,13 +35,12 @@ import z3
 from exactformer.constructions.core.task import Task
 from exactformer.verify.executor.exact import run
 from exactformer.verify.smt import recurrent, transformer  # noqa: F401  (register their evaluators)
-from exactformer.verify.smt.sym import Enc, Sym, Tab, all_of, any_of, cmp, const, not_
+from exactformer.verify.smt.sym import Enc, NotCovered, Sym, Tab, all_of, any_of, cmp, const, not_
 from exactformer.verify.smt.transformer import NeedSplit
 from exactformer.verify.smt.truth import Truth, truth_of
 from exactformer.verify.smt.vectors import evaluator
 
 SPLIT_MAX = 1 << 12  # cases per answer position
-DEFAULT_TIMEOUT = 600.0  # seconds
 
 
 @dataclass
@@ -75,7 +74,7 @@ class Prover:
     """One smt run (module docstring). ``progress(text)`` is called as answers and cases go by
     (at most once a second); ``timeout`` bounds the whole run in seconds."""
 
-    def __init__(self, model: Any, fmt: Any, task: Task, timeout: float = DEFAULT_TIMEOUT,
+    def __init__(self, model: Any, fmt: Any, task: Task, timeout: float,
                  progress: Callable[[str], None] | None = None):
         self.model, self.fmt, self.task = model, fmt, task
         self.truth: Truth = truth_of(task, model)
@@ -266,8 +265,23 @@ class Prover:
         return {"ran": True, "got": None if got is None else label(got), "wrong": not ok(truth)}
 
 
-def prove(model: Any, fmt: Any, task: Task, timeout: float = DEFAULT_TIMEOUT,
+def prove(model: Any, fmt: Any, task: Task, timeout: float,
           progress: Callable[[str], None] | None = None) -> Outcome:
     """Prove ``model`` right on every input of ``task`` in the fixed-point format ``fmt``, or find a
     counterexample (module docstring). Raises :class:`NotCovered` for what is not encoded."""
     return Prover(model, fmt, task, timeout, progress).run()
+
+
+def covers(model: Any, task: Task) -> str | None:
+    """Why the smt mode cannot encode ``model`` with ``task`` (one line), or None."""
+    from exactformer.constructions.core.ir import IRError
+    from exactformer.precision import parse_format
+
+    try:
+        evaluator(model, parse_format(model.precision), int(task.length(model)))
+        truth_of(task, model)
+    except NotCovered as e:
+        return str(e)
+    except IRError:  # weights the format cannot hold: the verifier reports them
+        return None
+    return None
