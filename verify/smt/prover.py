@@ -41,6 +41,7 @@ from exactformer.verify.smt.truth import Truth, truth_of
 from exactformer.verify.smt.vectors import evaluator
 
 SPLIT_MAX = 1 << 12  # cases per answer position
+ALTERNATIVES = 8  # counterexamples replayed per case, looking for one the float torch module answers wrong too
 
 
 @dataclass
@@ -179,29 +180,35 @@ class Prover:
         return not_(enc, any_of(enc, alts))
 
     def decide(self, enc: Enc, a: int, pos: int, wrong: Sym, cons: list[Sym], where: str) -> Outcome | None:
+        """None where no input of this case is answered wrong, else the outcome to report."""
         if all(isinstance(s, Tab) for s in [wrong] + cons) and enc.union_cells([wrong] + cons) <= enc.tab_max:
             self.stats["decided_in_python"] += 1
             deps, arrs = enc.align([wrong] + cons)
             bad = np.broadcast_to(arrs[0], tuple(enc.size(p) for p in deps)).copy()
             for c in arrs[1:]:
                 bad &= c
-            hit = np.argwhere(bad)
-            if hit.size == 0:
-                return None
-            idx = dict(zip(deps, (int(v) for v in hit[0])))
-            return self.replay(a, pos, self.tokens(enc, lambda p: idx.get(p, 0)), where)
+            hits = np.argwhere(bad)[:ALTERNATIVES]
+            rows = [self.tokens(enc, lambda p, idx=dict(zip(deps, (int(v) for v in h))): idx.get(p, 0)) for h in hits]
+            return self.report(a, pos, iter(rows), where) if rows else None
         if isinstance(wrong, Tab) and wrong.const and not wrong.value():
             return None
         solver = z3.SolverFor("QF_BV")
+        solver.add(*enc.constraints())
+        solver.add(*[enc.expr(c) for c in cons])
+        solver.add(enc.expr(wrong))
+        first = self._solve(solver, enc, where)
+        if not isinstance(first, np.ndarray):
+            return first
+        return self.report(a, pos, itertools.chain([first], self._more(solver, enc, first, where)), where)
+
+    def _solve(self, solver: z3.Solver, enc: Enc, where: str) -> np.ndarray | Outcome | None:
+        """The solver's next counterexample (token ids), None (unsat) or an unknown outcome."""
         left = self.deadline - time.monotonic()
         if left <= 0:
             return self._unknown(f"the time budget of {self.timeout:g} s ran out at {where}")
         solver.set("timeout", max(1, int(left * 1000)))
-        solver.add(*enc.constraints())
-        solver.add(*[enc.expr(c) for c in cons])
-        solver.add(enc.expr(wrong))
         t0 = time.monotonic()
-        self.say(f"{where}: z3", force=False)
+        self.say(f"{where}: z3")
         res = solver.check()
         self.stats["solver_calls"] += 1
         self.stats["solver_seconds"] = round(self.stats["solver_seconds"] + time.monotonic() - t0, 3)
@@ -210,7 +217,36 @@ class Prover:
         if res == z3.unknown:
             return self._unknown(f"z3 returned unknown at {where} ({solver.reason_unknown()})")
         m = solver.model()
-        return self.replay(a, pos, self.tokens(enc, lambda p: m.eval(enc.var(p), model_completion=True).as_long()), where)
+        return self.tokens(enc, lambda p: m.eval(enc.var(p), model_completion=True).as_long())
+
+    def _more(self, solver: z3.Solver, enc: Enc, first: np.ndarray, where: str):
+        """Further counterexamples of the same case, each one excluded before the next."""
+        tokens = first
+        while True:
+            free = [p for p in range(len(tokens)) if enc.free(p)]
+            if not free:
+                return
+            solver.add(z3.Or([enc.var(p) != int(np.searchsorted(self.truth.domains[p], tokens[p])) for p in free]))
+            nxt = self._solve(solver, enc, where)
+            if not isinstance(nxt, np.ndarray):
+                return
+            tokens = nxt
+            yield tokens
+
+    def report(self, a: int, pos: int, rows, where: str) -> Outcome:
+        """Replay counterexamples (at most :data:`ALTERNATIVES`): the first that the float64 torch module
+        answers wrong too, else the first (a fixed-point-only error: the torch replay says so)."""
+        first = None
+        for i, tokens in enumerate(itertools.islice(rows, ALTERNATIVES)):
+            out = self.replay(a, pos, tokens, where)
+            if out.status != "counterexample" or out.counterexample["torch_float64"].get("wrong", True):
+                if first is not None and out.status == "counterexample":
+                    out.counterexample["fixed_point_only_before"] = i
+                return out
+            first = first or out
+        first.counterexample["torch_float64"]["note"] = (
+            "the float64 torch module answers this input right: the error is the fixed-point format's rounding")
+        return first
 
     def tokens(self, enc: Enc, index_of: Callable[[int], int]) -> np.ndarray:
         doms = self.truth.domains
