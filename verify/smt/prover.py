@@ -100,11 +100,14 @@ class Prover:
         if len(positions) != self.truth.answers:
             return Outcome("counterexample", f"the model answers at {len(positions)} positions, its task has "
                                              f"{self.truth.answers} answers per input")
-        self.base = Enc(self.truth.domains)
+        self.base = Enc(self.truth.domains, vectors=self.truth.vectors)
         self.base_fwd: Callable[[int], list[Sym]] | None = None
         for a, pos in enumerate(positions):
             self.say(f"answer {a + 1}/{len(positions)} (position {int(pos)})", force=True)
-            out = self.check(a, int(pos), {}, f"answer {a + 1}/{len(positions)}")
+            try:
+                out = self.check(a, int(pos), {}, f"answer {a + 1}/{len(positions)}")
+            except NotCovered as e:  # found only while encoding: not a proof
+                out = Outcome("unknown", f"unknown: {e}; not a proof")
             if out is not None:
                 out.details.update(self.stats)
                 return out
@@ -112,7 +115,7 @@ class Prover:
                                  f"from the truth ({self.truth.how})", details=dict(self.stats))
 
     def _enc(self, fixed: dict[int, int]) -> Enc:
-        return self.base if not fixed else Enc(self.truth.domains, fixed)
+        return self.base if not fixed else Enc(self.truth.domains, fixed, vectors=self.truth.vectors)
 
     def check(self, a: int, pos: int, fixed: dict[int, int], where: str, cases: int = 1) -> Outcome | None:
         """None when answer a is right on every input of this case, else the outcome to report."""
@@ -181,14 +184,15 @@ class Prover:
 
     def decide(self, enc: Enc, a: int, pos: int, wrong: Sym, cons: list[Sym], where: str) -> Outcome | None:
         """None where no input of this case is answered wrong, else the outcome to report."""
-        if all(isinstance(s, Tab) for s in [wrong] + cons) and enc.union_cells([wrong] + cons) <= enc.tab_max:
+        if not enc.vectors and all(isinstance(s, Tab) for s in [wrong] + cons) and \
+                enc.union_cells([wrong] + cons) <= enc.tab_max:
             self.stats["decided_in_python"] += 1
             deps, arrs = enc.align([wrong] + cons)
             bad = np.broadcast_to(arrs[0], tuple(enc.size(p) for p in deps)).copy()
             for c in arrs[1:]:
                 bad &= c
             hits = np.argwhere(bad)[:ALTERNATIVES]
-            rows = [self.tokens(enc, lambda p, idx=dict(zip(deps, (int(v) for v in h))): idx.get(p, 0)) for h in hits]
+            rows = [(self.tokens(enc, lambda p, idx=dict(zip(deps, (int(v) for v in h))): idx.get(p, 0)), {}) for h in hits]
             return self.report(a, pos, iter(rows), where) if rows else None
         if isinstance(wrong, Tab) and wrong.const and not wrong.value():
             return None
@@ -197,12 +201,13 @@ class Prover:
         solver.add(*[enc.expr(c) for c in cons])
         solver.add(enc.expr(wrong))
         first = self._solve(solver, enc, where)
-        if not isinstance(first, np.ndarray):
+        if not isinstance(first, tuple):
             return first
         return self.report(a, pos, itertools.chain([first], self._more(solver, enc, first, where)), where)
 
-    def _solve(self, solver: z3.Solver, enc: Enc, where: str) -> np.ndarray | Outcome | None:
-        """The solver's next counterexample (token ids), None (unsat) or an unknown outcome."""
+    def _solve(self, solver: z3.Solver, enc: Enc, where: str) -> tuple | Outcome | None:
+        """The solver's next counterexample (token ids, input vectors by position), None (unsat) or an
+        unknown outcome."""
         left = self.deadline - time.monotonic()
         if left <= 0:
             return self._unknown(f"the time budget of {self.timeout:g} s ran out at {where}")
@@ -217,28 +222,32 @@ class Prover:
         if res == z3.unknown:
             return self._unknown(f"z3 returned unknown at {where} ({solver.reason_unknown()})")
         m = solver.model()
-        return self.tokens(enc, lambda p: m.eval(enc.var(p), model_completion=True).as_long())
+        vectors = {p: np.array([m.eval(enc.vector_var(p, c), model_completion=True).as_signed_long()
+                                for c in range(w)], dtype=np.int64) for p, (w, _, _) in enc.vectors.items()}
+        return self.tokens(enc, lambda p: m.eval(enc.var(p), model_completion=True).as_long()), vectors
 
     def _more(self, solver: z3.Solver, enc: Enc, first: np.ndarray, where: str):
         """Further counterexamples of the same case, each one excluded before the next."""
-        tokens = first
+        tokens, vectors = first
         while True:
-            free = [p for p in range(len(tokens)) if enc.free(p)]
-            if not free:
+            other = [enc.var(p) != int(np.searchsorted(self.truth.domains[p], tokens[p]))
+                     for p in range(len(tokens)) if enc.free(p)]
+            other += [enc.vector_var(p, c) != int(v) for p, vec in vectors.items() for c, v in enumerate(vec)]
+            if not other:
                 return
-            solver.add(z3.Or([enc.var(p) != int(np.searchsorted(self.truth.domains[p], tokens[p])) for p in free]))
+            solver.add(z3.Or(other))
             nxt = self._solve(solver, enc, where)
-            if not isinstance(nxt, np.ndarray):
+            if not isinstance(nxt, tuple):
                 return
-            tokens = nxt
-            yield tokens
+            tokens, vectors = nxt
+            yield nxt
 
     def report(self, a: int, pos: int, rows, where: str) -> Outcome:
         """Replay counterexamples (at most :data:`ALTERNATIVES`): the first that the float64 torch module
         answers wrong too, else the first (a fixed-point-only error: the torch replay says so)."""
         first = None
-        for i, tokens in enumerate(itertools.islice(rows, ALTERNATIVES)):
-            out = self.replay(a, pos, tokens, where)
+        for i, (tokens, vectors) in enumerate(itertools.islice(rows, ALTERNATIVES)):
+            out = self.replay(a, pos, tokens, vectors, where)
             if out.status != "counterexample" or out.counterexample["torch_float64"].get("wrong", True):
                 if first is not None and out.status == "counterexample":
                     out.counterexample["fixed_point_only_before"] = i
@@ -257,16 +266,23 @@ class Prover:
         return Outcome("unknown", f"unknown: {reason}; not a proof (raise the time budget, --smt-timeout)")
 
     # ---- replay ------------------------------------------------------------------------------------
-    def replay(self, a: int, pos: int, tokens: np.ndarray, where: str) -> Outcome:
+    def replay(self, a: int, pos: int, tokens: np.ndarray, vectors: dict[int, np.ndarray], where: str) -> Outcome:
         """The counterexample through the task, the executor and torch (module docstring)."""
         model, task = self.model, self.task
-        arrays = self.truth.decode(tokens)
-        batch = task.batch(model, *arrays)
-        if not np.array_equal(np.asarray(batch.tokens).reshape(-1), tokens):
+        arrays = self.truth.decode(tokens, vectors)
+        try:
+            batch = task.batch(model, *arrays)
+        except ValueError as e:  # the task refuses the input: it is outside the task's inputs
+            return Outcome("disagreement", f"smt: the task refuses the solver's input ({e}): an encoding error")
+        ids = getattr(batch.tokens, "tokens", batch.tokens)
+        vecs = getattr(batch.tokens, "vectors", None)
+        if not np.array_equal(np.asarray(ids).reshape(-1), tokens) or (vecs is not None and not all(
+                np.array_equal(vecs.num[0, p] * (self.fmt.scale // vecs.den), v) for p, v in vectors.items())):
             return Outcome("disagreement", f"smt: the counterexample's tokens {tokens.tolist()} do not round-trip through "
                                            "the task's encoding (an encoding error)")
         truth = np.asarray(batch.truth).reshape(1, -1)[0, a]
-        full = Enc(self.truth.domains, {p: int(np.searchsorted(d, tokens[p])) for p, d in enumerate(self.truth.domains)})
+        full = Enc(self.truth.domains, {p: int(np.searchsorted(d, tokens[p])) for p, d in enumerate(self.truth.domains)},
+                   vectors=self.truth.vectors, fixed_vectors=vectors)
         encoded = self.truth.values[self.truth.code(full, a).value()]
         if label(encoded) != label(truth):
             return Outcome("disagreement", f"smt: the encoded truth {encoded!r} differs from the task's truth {truth!r} on "
@@ -314,8 +330,9 @@ def covers(model: Any, task: Task) -> str | None:
     from exactformer.precision import parse_format
 
     try:
-        evaluator(model, parse_format(model.precision), int(task.length(model)))
-        truth_of(task, model)
+        make = evaluator(model, parse_format(model.precision), int(task.length(model)))
+        truth = truth_of(task, model)
+        make(Enc(truth.domains, vectors=truth.vectors), {}, False)
     except NotCovered as e:
         return str(e)
     except IRError:  # weights the format cannot hold: the verifier reports them

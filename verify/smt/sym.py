@@ -28,6 +28,7 @@ import z3
 TAB_MAX = 1 << 12  # entries of the largest table kept in Python; larger functions of the input become terms
 VALS_MAX = 256  # a term's possible values are tracked while there are at most this many
 BIG = 1 << 62  # numpy int64 products and sums are used while magnitudes stay below this
+LOOKUP_MAX = 1 << 16  # values of the largest table a term is looked up in (the exp over a window)
 
 
 class NotCovered(ValueError):
@@ -197,10 +198,13 @@ class Enc:
     them (``fixed``: position -> index in its domain), the solver variables of the others, and the
     side constraints of fresh variables."""
 
-    def __init__(self, domains: Sequence[np.ndarray], fixed: dict[int, int] | None = None, tab_max: int = TAB_MAX):
+    def __init__(self, domains: Sequence[np.ndarray], fixed: dict[int, int] | None = None, tab_max: int = TAB_MAX,
+                 vectors: dict[int, tuple[int, int, int]] | None = None, fixed_vectors: dict[int, np.ndarray] | None = None):
         self.domains = [np.asarray(d, dtype=np.int64) for d in domains]
         self.fixed = dict(fixed or {})
         self.tab_max = tab_max
+        self.vectors = dict(vectors or {})  # position -> (width, least, largest raw value) of its input vector
+        self.fixed_vectors = dict(fixed_vectors or {})
         self.side: list[z3.BoolRef] = []
         self._exprs: dict[tuple, z3.ExprRef] = {}
         self._fresh = itertools.count()
@@ -223,19 +227,29 @@ class Enc:
             return const(int(d[self.fixed.get(p, 0)]))
         return Tab((p,), d)
 
-    def index(self, p: int) -> Tab:
-        """The index of position p's token in its domain."""
-        if not self.free(p):
-            return const(self.fixed.get(p, 0))
-        return Tab((p,), np.arange(self.domains[p].size, dtype=np.int64))
+    def vector(self, p: int) -> list[Sym]:
+        """The input vector at position p (raw values of the format): constants where the case fixes
+        it, else one variable per entry."""
+        width, lo, hi = self.vectors[p]
+        if p in self.fixed_vectors:
+            return [const(int(v)) for v in self.fixed_vectors[p]]
+        return [Term(self.vector_var(p, c), lo, hi) for c in range(width)]
+
+    def vector_var(self, p: int, c: int) -> z3.BitVecRef:
+        _, lo, hi = self.vectors[p]
+        return variable(f"v{p}_{c}", width(lo, hi))
 
     def constraints(self) -> list[z3.BoolRef]:
-        """Every free position's index lies in its domain; the side constraints."""
+        """Every free position's index lies in its domain, every vector entry in its range; the side
+        constraints."""
         out = []
         for p in range(len(self.domains)):
             n = self.domains[p].size
             if self.free(p) and n & (n - 1):
                 out.append(z3.ULE(self.var(p), n - 1))
+        for p, (w, lo, hi) in self.vectors.items():
+            if p not in self.fixed_vectors:
+                out += [z3.And(self.vector_var(p, c) >= lo, self.vector_var(p, c) <= hi) for c in range(w)]
         return out + self.side
 
     def fresh(self, prefix: str, bits: int) -> z3.BitVecRef:
@@ -279,14 +293,6 @@ class Enc:
             return self.tab_expr(s.deps, s.arr, w)
         have = s.expr.size()
         return z3.SignExt(w - have, s.expr) if w > have else _narrow(s.expr, have, w)
-
-    def term(self, s: Sym) -> Term:
-        if isinstance(s, Term):
-            return s
-        vals = tuple(int(v) for v in s.vals()) if not s.is_bool else None
-        if s.is_bool:
-            return Term(self.expr(s), 0, 1)
-        return Term(self.expr(s), s.lo, s.hi, vals)
 
     def tab_expr(self, deps: tuple[int, ...], arr: np.ndarray, w: int | None,
                  leaf: Callable[[object], z3.ExprRef] | None = None):
@@ -381,10 +387,6 @@ def clip(enc: Enc, s: Sym, lo: int, hi: int) -> Sym:
 def _narrow(e, have: int, want: int):
     """A bit-vector known to fit ``want`` bits, cut to them."""
     return z3.Extract(want - 1, 0, e) if want < have else e
-
-
-def relu(enc: Enc, s: Sym) -> Sym:
-    return clip(enc, s, 0, max(s.hi, 0))
 
 
 def mul_const(enc: Enc, s: Sym, c: int) -> Sym:
@@ -490,9 +492,9 @@ def _union_vals(syms: Iterable[Sym]) -> tuple[int, ...] | None:
 
 def lookup(enc: Enc, table: Callable[[np.ndarray], np.ndarray], s: Sym, window: tuple[int, int] | None = None) -> Sym:
     """table(s) for a function ``table`` defined on integer arrays: a table where s is one, else a
-    term selecting among ``table`` at s's possible values -- or, where those are unknown, over
-    ``window`` = (lo, hi) outside of which ``table`` is constant (a monotone table: runs of equal
-    values become comparisons)."""
+    term selecting among ``table`` at s's possible values -- or, where those are unknown, over the
+    values in ``window`` = (lo, hi), outside of which ``table`` is constant (runs of equal values
+    become comparisons)."""
     if isinstance(s, Tab):
         u, inv = np.unique(s.arr, return_inverse=True)
         return Tab(s.deps, as_int(np.asarray(table(u), dtype=object)[inv.reshape(s.arr.shape)]))
@@ -502,6 +504,11 @@ def lookup(enc: Enc, table: Callable[[np.ndarray], np.ndarray], s: Sym, window: 
         return _by_term_values(enc, s, lambda c: const(int(out[int(np.searchsorted(vals, c))])))
     lo, hi = window if window is not None else (s.lo, s.hi)
     lo, hi = max(lo, s.lo), min(hi, s.hi)
+    if lo > hi:  # every value of s lies outside the window, on one side: one constant
+        return const(int(table(np.array([s.lo], dtype=np.int64))[0]))
+    if hi - lo >= LOOKUP_MAX:
+        raise NotCovered(f"smt: a table of {hi - lo + 1} values (the exp of a softmax whose logits take too many "
+                         f"values to track) exceeds {LOOKUP_MAX}")
     xs = np.arange(lo, hi + 1, dtype=np.int64)
     ys = [int(v) for v in table(xs)]
     below = int(table(np.array([s.lo], dtype=np.int64))[0]) if s.lo < lo else ys[0]

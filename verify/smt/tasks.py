@@ -7,6 +7,7 @@ checks that its domains and constraints admit exactly the task's inputs.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -18,8 +19,9 @@ from exactformer.constructions.theorems.induction_heads import KHopTask
 from exactformer.constructions.theorems.match2 import Match2Task
 from exactformer.constructions.theorems.mpc_simulation import PrefixSumsTask
 from exactformer.constructions.theorems.mqar import MQARTask
+from exactformer.constructions.theorems.nearest_neighbor import NearestNeighborTask
 from exactformer.verify.smt.sym import (Enc, Sym, all_of, any_of, cmp, const, ite, lookup, lookup_n, mul_const, not_,
-                                        select, sub, total)
+                                        prod_rnd, select, sub, total)
 from exactformer.verify.smt.truth import NotCovered, Truth, as_code, domain_list, encodes
 
 
@@ -32,7 +34,7 @@ def index_lookup(task: IndexLookupTask, model: Any) -> Truth:
         return select(enc, sub(enc, enc.token(n), const(S)), [enc.token(j) for j in range(n)])
 
     return Truth(domain_list(task, model), list(range(S)), code, 1,
-                 lambda tok: (tok[None, :n], np.array([int(tok[n]) - S + 1])))
+                 lambda tok, vec: (tok[None, :n], np.array([int(tok[n]) - S + 1])))
 
 
 @encodes(EqualityTask)
@@ -44,7 +46,7 @@ def equality(task: EqualityTask, model: Any) -> Truth:
         eq = all_of(enc, [cmp(enc, "==", enc.token(i), enc.token(i + h)) for i in range(h)])
         return as_code(enc, not_(enc, eq) if task.complement else eq)
 
-    return Truth(domain_list(task, model), [0, 1], code, 1, lambda tok: ((2 * tok[None, :n] - 1),))
+    return Truth(domain_list(task, model), [0, 1], code, 1, lambda tok, vec: ((2 * tok[None, :n] - 1),))
 
 
 @encodes(ThresholdTask)
@@ -77,7 +79,7 @@ def threshold(task: ThresholdTask, model: Any) -> Truth:
             terms.append(lookup(enc, lambda u, tab=tab: tab[np.asarray(u, dtype=np.int64)], word))
         return as_code(enc, cmp(enc, ">", total(enc, terms), const(int(b))))
 
-    return Truth(domain_list(task, model), [0, 1], code, 1, lambda tok: (tok[None, 1 : n + 1],))
+    return Truth(domain_list(task, model), [0, 1], code, 1, lambda tok, vec: (tok[None, 1 : n + 1],))
 
 
 
@@ -90,7 +92,7 @@ def match2(task: Match2Task, model: Any) -> Truth:
         want = lookup(enc, lambda u: (M - np.asarray(u)) % M, enc.token(a + 1))
         return as_code(enc, any_of(enc, [cmp(enc, "==", enc.token(j + 1), want) for j in range(n)]))
 
-    return Truth(domain_list(task, model), [0, 1], code, n, lambda tok: (tok[None, 1:],))
+    return Truth(domain_list(task, model), [0, 1], code, n, lambda tok, vec: (tok[None, 1:],))
 
 
 @encodes(KHopTask)
@@ -113,7 +115,7 @@ def k_hop(task: KHopTask, model: Any) -> Truth:
             cur = ite(enc, cmp(enc, "==", cur, none), none, select(enc, cur, sigma))
         return ite(enc, cmp(enc, "==", cur, none), const(S), select(enc, cur, w))
 
-    return Truth(domain_list(task, model), list(range(S)) + [-1], code, n, lambda tok: (tok[None, 1:],))
+    return Truth(domain_list(task, model), list(range(S)) + [-1], code, n, lambda tok, vec: (tok[None, 1:],))
 
 
 @encodes(PrefixSumsTask)
@@ -124,7 +126,7 @@ def prefix_sums(task: PrefixSumsTask, model: Any) -> Truth:
     def code(enc: Enc, a: int) -> Sym:
         return lookup(enc, lambda u: np.asarray(u) % D, total(enc, [enc.token(i + 1) for i in range(a + 1)]))
 
-    return Truth(domain_list(task, model), list(range(D)), code, n, lambda tok: (tok[None, 1:],))
+    return Truth(domain_list(task, model), list(range(D)), code, n, lambda tok, vec: (tok[None, 1:],))
 
 
 @encodes(MQARTask)
@@ -134,7 +136,7 @@ def mqar(task: MQARTask, model: Any) -> Truth:
     answer at each of the model's answer positions q is the label of the first-half key equal to
     s at q (the task's truth reads the answer positions from the model)."""
     if task.variant(model) == "nn":
-        raise NotCovered("smt: MQAR's nn variant reads input vectors (VectorInput), which are not encoded (docs/smt.md)")
+        raise NotCovered("smt: MQAR's nn variant (symbols as hypercube vectors) has no smt encoding (docs/smt.md)")
     S, L, n = task.alphabet(model), len(model.answers), model.n
     h, T = n // 2, 2 * n - 1
     qs = [int(q) // 2 for q in model.answer_positions_for(T)]
@@ -152,7 +154,7 @@ def mqar(task: MQARTask, model: Any) -> Truth:
         out = [cmp(enc, "!=", x, y) for half in (first, second) for i, x in enumerate(half) for y in half[i + 1:]]
         return out + [any_of(enc, [cmp(enc, "==", x, y) for y in first]) for x in second]
 
-    def decode(tok: np.ndarray) -> tuple[np.ndarray, ...]:
+    def decode(tok: np.ndarray, vec: dict) -> tuple[np.ndarray, ...]:
         return tok[None, 0::2], tok[None, 1::2] - S
 
     return Truth(domain_list(task, model), list(range(L)), code, len(qs), decode, constraints)
@@ -185,4 +187,49 @@ def dyck(task: DyckTask, model: Any) -> Truth:
             state = lookup_n(enc, lambda x, y: step[x, y], [state, enc.token(j)])
         return as_code(enc, cmp(enc, "==", state, const(number[()])))
 
-    return Truth(domain_list(task, model), [0, 1], code, 1, lambda tok: (tok[None, :],))
+    return Truth(domain_list(task, model), [0, 1], code, 1, lambda tok, vec: (tok[None, :],))
+
+
+@encodes(NearestNeighborTask)
+def nearest_neighbor(task: NearestNeighborTask, model: Any) -> Truth:
+    """NSTNB on grid vectors (P1 Sec. 5.2): token "x" (id 0) at position 2i carrying x_{i+1} (raw values
+    over the format's scale), label tokens 1 + y at the odd positions; the answer at each of the
+    model's answer positions q is the label of the candidate j < q/2 whose inner product with
+    x_{q/2} is largest. The precondition as constraints: every ||x||^2 <= max_norm_sq, and the
+    nearest candidate leads every other by the margin (exact integers: values times S^2)."""
+    n, S = model.n, task.scale(model)
+    pre = task.precondition(model)
+    T, d = 2 * n - 1, pre.d_in
+    norm = pre.max_norm_sq * S * S  # ||x||^2 <= norm in raw units
+    bound = math.isqrt(int(norm))  # so every entry is within [-bound, bound]
+    fmt_lo, fmt_hi = -(1 << 62), 1 << 62
+    vectors = {2 * i: (d, max(-bound, fmt_lo), min(bound, fmt_hi)) for i in range(n)}
+    qs = [int(q) // 2 for q in model.answer_positions_for(T)]
+
+    def dot(enc: Enc, i: int, j: int) -> Sym:
+        x, y = enc.vector(2 * i), enc.vector(2 * j)
+        return total(enc, [prod_rnd(enc, a, b, 1, False) for a, b in zip(x, y)])
+
+    def leads(enc: Enc, K: int) -> list[Sym]:  # candidate j leads every other by the margin
+        ips = [mul_const(enc, dot(enc, j, K), pre.margin.denominator) for j in range(K)]
+        m = const(pre.margin.numerator * S * S)
+        return [all_of(enc, [cmp(enc, ">=", sub(enc, ips[j], ips[i]), m) for i in range(K) if i != j])
+                for j in range(K)]
+
+    def code(enc: Enc, a: int) -> Sym:
+        K = qs[a]
+        win = leads(enc, K)
+        out: Sym = sub(enc, enc.token(1), const(1))
+        for j in range(1, K):  # under the precondition exactly one candidate leads
+            out = ite(enc, win[j], sub(enc, enc.token(2 * j + 1), const(1)), out)
+        return out
+
+    def constraints(enc: Enc) -> list[Sym]:
+        out = [cmp(enc, "<=", mul_const(enc, dot(enc, i, i), norm.denominator), const(norm.numerator)) for i in range(n)]
+        return out + [any_of(enc, leads(enc, K)) for K in sorted(set(qs)) if K > 1]
+
+    def decode(tok: np.ndarray, vec: dict) -> tuple[np.ndarray, ...]:
+        return np.stack([vec[2 * i] for i in range(n)])[None], tok[None, 1::2] - 1
+
+    return Truth(domain_list(task, model), list(range(len(model.answers))), code, len(qs), decode, constraints,
+                 vectors=vectors)

@@ -300,11 +300,12 @@ def _div(num: np.ndarray, den: np.ndarray, nearest: bool) -> np.ndarray:
 
 @evaluator.register
 def _transformer(model: CompiledModel, fmt: Any, T: int):
-    if model.vector_input is not None:
-        raise NotCovered("smt: models that read input vectors (VectorInput) are not encoded (docs/smt.md)")
     fm, w = Formats(fmt), Weights(model, fmt)
 
     def make(enc: Enc, shared: dict, split: bool):
-        return Forward(model, fm, w, enc, T, shared, split).logits
+        vi = model.vector_input
+        if (vi is None) != (not enc.vectors) or any(width != vi.width for width, _, _ in enc.vectors.values()):
+            raise NotCovered("smt: the model's input vectors (VectorInput) are not the ones its task's encoding gives")
+        return Forward(model, fm, w, enc, T, shared, split, {p: enc.vector(p) for p in enc.vectors}).logits
 
     return make

@@ -23,8 +23,7 @@ from typing import Any, Callable
 import numpy as np
 
 from exactformer.constructions.core.task import Task, redefines
-from exactformer.verify.smt.sym import (Enc, NotCovered, Sym, Tab, all_of, any_of, cmp, const, ite, lookup, not_, select, sub,
-                                        total)
+from exactformer.verify.smt.sym import Enc, NotCovered, Sym, Tab, const, ite
 
 TABLE_LIMIT = 1 << 16  # inputs (and token combinations) of a task without an encoding, tabulated from its truth
 
@@ -33,16 +32,19 @@ TABLE_LIMIT = 1 << 16  # inputs (and token combinations) of a task without an en
 class Truth:
     """What the model must answer: ``domains`` (token ids per position), ``values`` (the true
     answers, by code), ``code(enc, a)`` (the code of answer a's truth), ``answers`` (how many
-    answers), ``decode(tokens)`` (the task's arrays of one input), ``constraints(enc)`` (booleans
-    every input satisfies beyond its domains; none: the inputs are every combination)."""
+    answers), ``decode(tokens, vectors)`` (the task's arrays of one input: its token ids and the
+    input vectors by position), ``constraints(enc)`` (booleans every input satisfies beyond its
+    domains; none: the inputs are every combination), ``vectors`` (position -> (width, least, largest
+    raw value) of the input vectors a ``VectorInput`` reads)."""
 
     domains: list[np.ndarray]
     values: list[Any]
     code: Callable[[Enc, int], Sym]
     answers: int
-    decode: Callable[[np.ndarray], tuple[np.ndarray, ...]]
+    decode: Callable[[np.ndarray, dict[int, np.ndarray]], tuple[np.ndarray, ...]]
     constraints: Callable[[Enc], list[Sym]] = field(default=lambda enc: [])
     how: str = "encoded from the task's definition"
+    vectors: dict[int, tuple[int, int, int]] = field(default_factory=dict)
 
 
 _ENCODERS: list[tuple[type, Callable[[Any, Any], Truth], tuple[str, ...]]] = []
@@ -122,7 +124,7 @@ def table_truth(task: Task, model: Any) -> Truth:
         sel = tuple(enc.fixed[t] if t in enc.fixed else slice(None) for t in free)
         return Tab(tuple(t for t in free if t not in enc.fixed), arr[sel])
 
-    def decode(tokens: np.ndarray) -> tuple[np.ndarray, ...]:
+    def decode(tokens: np.ndarray, vectors: dict[int, np.ndarray]) -> tuple[np.ndarray, ...]:
         idx = tuple(int(np.searchsorted(doms[t], tokens[t])) for t in free)
         return inputs[int(np.ravel_multi_index(idx, shape)) if free else 0]
 
@@ -130,6 +132,3 @@ def table_truth(task: Task, model: Any) -> Truth:
     return Truth(doms, values, lambda enc, a: restrict(enc, codes[a]), codes.shape[0], decode,
                  lambda enc: [restrict(enc, valid)], how=f"tabulated from {name}.truth over its {count} inputs")
 
-
-__all__ = ["NotCovered", "Truth", "encodes", "truth_of", "table_truth", "domain_list", "as_code", "all_of",
-           "any_of", "cmp", "const", "lookup", "not_", "select", "sub", "total"]
