@@ -35,7 +35,7 @@ import z3
 from exactformer.constructions.core.task import Task
 from exactformer.verify.executor.exact import run
 from exactformer.verify.smt import recurrent, transformer  # noqa: F401  (register their evaluators)
-from exactformer.verify.smt.sym import Enc, NotCovered, Sym, Tab, all_of, any_of, cmp, const, not_
+from exactformer.verify.smt.sym import Enc, NotCovered, Sym, Tab, all_of, any_of, cmp, const, lookup, not_, select
 from exactformer.verify.smt.transformer import NeedSplit
 from exactformer.verify.smt.truth import Truth, truth_of
 from exactformer.verify.smt.vectors import evaluator
@@ -173,6 +173,19 @@ class Prover:
             c = np.broadcast_to(arrs[-1], shape)
             ok = np.where(strict, table[c, best], self.tie_ok[c])
             return Tab(deps, ~ok)
+        tie_codes = [k for k in codes if self.tie_ok[k]]
+        if all(len(self.match[k]) <= 1 for k in codes):  # one label per truth: its logit against each other, O(V)
+            index = np.array([m[0] if m else -1 for m in self.match], dtype=np.int64)
+            t = lookup(enc, lambda c: index[np.asarray(c, dtype=np.int64)], code)
+            top = select(enc, t, logits)
+            ok = all_of(enc, [cmp(enc, "!=", t, const(-1))] + [
+                any_of(enc, [cmp(enc, "==", t, const(j)), cmp(enc, ">", top, logits[j])]) for j in range(V)])
+            if tie_codes:  # no strict maximum: right where the truth is None
+                strict = [all_of(enc, [cmp(enc, ">", logits[i], logits[j]) for j in range(V) if j != i]) for i in range(V)]
+                tie = all_of(enc, [any_of(enc, [cmp(enc, "==", code, const(k)) for k in tie_codes]),
+                                   not_(enc, any_of(enc, strict))])
+                ok = any_of(enc, [ok, tie])
+            return not_(enc, ok)
         strict = [all_of(enc, [cmp(enc, ">", logits[i], logits[j]) for j in range(V) if j != i]) for i in range(V)]
         tie = not_(enc, any_of(enc, strict))
         alts = []
