@@ -1,8 +1,8 @@
 """Whether a compiled model is right: certified, exhaustive and sampled verification, and reports.
 
 A PASS is either a proof (modes ``certify`` and ``smt``: every input) or a stated count of inputs
-with their seed (modes ``exhaustive`` and ``sample``). A FAIL names the first counterexample found, which the
-executor answered wrong; a certificate that can neither prove nor find one says "unproven" and
+with their seed (modes ``exhaustive`` and ``sample``). A FAIL names the first counterexample found,
+which the executor answered wrong; a certificate that can neither prove nor find one says "unproven" and
 fails. The verifier never branches on a construction's name or kind: the task comes from the
 registry, the certificate composes the blocks' own local certificates.
 
@@ -368,25 +368,22 @@ def choose_mode(task: Task, model: CompiledModel, mode: str | None, sharded: boo
     for m in VERIFY_MODES:
         if m == "smt":
             why, size = (None, None) if sharded or not smt_default else _smt_skip(model, task, arithmetic, fmt)
-            if size is None:
-                skipped += [why] if why else []
-                continue
-            from exactformer.verify.smt import ESTIMATE_LIMIT
+            if size is not None:
+                from exactformer.verify.smt import ESTIMATE_LIMIT
 
-            return m, "; ".join(skipped + [f"smt: {COVERS[m]}; its size estimate {size:.3g} is within the default's "
-                                           f"limit {ESTIMATE_LIMIT:.3g}"])
+                return m, "; ".join(skipped + [f"smt: {COVERS[m]}; its size estimate {size:.3g} is within the "
+                                               f"default's limit {ESTIMATE_LIMIT:.3g}"])
+            skipped += [why] if why else []
         elif m not in task.modes:
             skipped.append(lacks(name, m))
-            continue
         elif m == "certify" and gap:
             skipped.append(gap)
-            continue
         elif m == "exhaustive" and exhaustive_refusal(task, model):
             skipped.append(f"{inputs_phrase(task.count(model), model.n)}, above the exhaustive limit of "
                            f"{format_count(EXHAUSTIVE_LIMIT)}")
-            continue
-        strongest = "" if skipped else "the strongest mode, "
-        return m, "; ".join(skipped + [f"{m}: {strongest}{COVERS[m]}"])
+        else:
+            strongest = "" if skipped else "the strongest mode, "
+            return m, "; ".join(skipped + [f"{m}: {strongest}{COVERS[m]}"])
     raise VerifyError("mode", f"{name}: none of its modes ({' | '.join(task.modes)}) applies ({'; '.join(skipped)})")
 
 
