@@ -307,3 +307,38 @@ def test_the_pages_examples_run():
     for c in commands:
         r = CliRunner().invoke(app, shlex.split(c)[1:])
         assert r.exit_code == 0 and "PASS" in r.stdout, (c, r.output)
+
+
+@pytest.mark.parametrize("S", [1, 2, 8, 9, 36, 1000])
+@pytest.mark.parametrize("nearest", [False, True])
+def test_term_arithmetic_is_the_tables(S, nearest):
+    """The z3 side of every integer step (a term: a variable x in [lo, hi]) gives, at each value of
+    x, what the Python side (a table of those values) gives: rounding by any scale (a power of two
+    or not, floor or nearest-even), products, saturation, a lookup over a window, the softmax's
+    quotient."""
+    import z3
+
+    from exactformer.verify.smt.sym import Tab, Term, clip, lookup, mul_const, rnd, variable, width
+    from exactformer.verify.smt.transformer import Forward
+
+    lo, hi = -5 * S - 7, 5 * S + 7
+    x = variable(f"x_test_{S}", width(lo, hi))
+    term, vals = Term(x, lo, hi), np.arange(lo, hi + 1, dtype=np.int64)
+    table = Tab((0,), vals)
+    enc = Enc([vals])  # position 0's token is the value itself: its table is the same function
+    steps = [lambda s: rnd(enc, mul_const(enc, s, 3), S, nearest), lambda s: clip(enc, s, -S, 2 * S),
+             lambda s: lookup(enc, lambda u: np.clip(u, -S, S) // 3 + (np.clip(u, -S, S) > 4), s, window=(-S, S))]
+    for step in steps:
+        want = step(table).arr
+        got = step(term)
+        for v, w in zip(vals[:: max(1, len(vals) // 31)], want[:: max(1, len(vals) // 31)]):
+            e = z3.simplify(z3.substitute(enc.expr(got), (x, z3.BitVecVal(int(v), x.size()))))
+            assert e.as_signed_long() == int(w), (S, nearest, int(v))
+    fm = type("F", (), {"S": S, "hi": 6 * S, "nearest": nearest})()  # the quotient of a softmax weight
+    q = Forward._quotient(type("P", (), {"enc": enc, "fm": fm})(), Term(x, 0, hi), Term(variable("z_test", 16), 1, 6 * S))
+    for e_, z_ in [(0, 1), (S, S), (S, 3 * S), (hi, 2 * S + 1), (7, 2 * S + 3)]:
+        sub = z3.substitute(enc.expr(q), (x, z3.BitVecVal(e_, x.size())), (variable("z_test", 16), z3.BitVecVal(z_, 16)))
+        num, den = e_ * S, z_
+        f, r = divmod(num, den)
+        want = f + (nearest and (2 * r > den or (2 * r == den and f % 2 == 1)))
+        assert z3.simplify(sub).as_signed_long() == min(want, 6 * S), (e_, z_)

@@ -46,8 +46,9 @@ ALTERNATIVES = 8  # counterexamples replayed per case, looking for one the float
 
 @dataclass
 class Outcome:
-    """``status``: "proved", "counterexample", "unknown" (the time ran out, or z3 gave up) or
-    "disagreement" (a solver counterexample that the executor answers right: an encoding error)."""
+    """``status``: "proved", "counterexample", "refuted" (without an input: the model has another
+    number of answers than its task), "unknown" (the time ran out, or z3 gave up) or "disagreement"
+    (a solver counterexample that the executor answers right: an encoding error)."""
 
     status: str
     reason: str
@@ -98,8 +99,8 @@ class Prover:
     def run(self) -> Outcome:
         positions = self.model.answer_positions_for(self.T)
         if len(positions) != self.truth.answers:
-            return Outcome("counterexample", f"the model answers at {len(positions)} positions, its task has "
-                                             f"{self.truth.answers} answers per input")
+            return Outcome("refuted", f"the model answers at {len(positions)} positions, its task has "
+                                      f"{self.truth.answers} answers per input")
         self.base = Enc(self.truth.domains, vectors=self.truth.vectors)
         self.base_fwd: Callable[[int], list[Sym]] | None = None
         for a, pos in enumerate(positions):

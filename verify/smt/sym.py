@@ -418,7 +418,7 @@ def rnd(enc: Enc, s: Sym, S: int, nearest: bool) -> Sym:
         q = p >> k  # arithmetic shift: floor
         r = z3.ZeroExt(w - k, z3.Extract(k - 1, 0, p))
     else:
-        r = z3.SMod(p, z3.BitVecVal(S, w))  # in [0, S): the sign follows the divisor
+        r = p % z3.BitVecVal(S, w)  # bvsmod: in [0, S), the sign follows the divisor
         q = (p - r) / z3.BitVecVal(S, w)  # exact signed division
     if nearest:  # 2r < 2S fits w + 1 bits
         r2, half = z3.ZeroExt(1, r) * 2, z3.BitVecVal(S, w + 1)
