@@ -122,12 +122,18 @@ def test_a_mode_the_construction_lacks_is_bad_input(uncertified):
         f"--mode: no certificate for {uncertified}; its modes: exhaustive | sample"
 
 
-def test_defaults_pass_in_the_strongest_mode(uncertified):
+def test_defaults_pass_in_the_strongest_mode(uncertified, monkeypatch):
     """`exactformer verify induction-heads --n 64` printed FAIL: certify was the default for a
     construction without a certificate. Induction heads have one now (their weights); a construction
-    without one is sampled and says why."""
+    without one is proved by smt where z3 is installed and it is small enough, else sampled, and
+    says why."""
     r = cli("verify", "induction-heads", "--n", "64")
     assert r.exit_code == 0 and "PASS" in r.stdout and "mode chosen" in r.stdout
+    d = xf.verify(xf.build(uncertified, n=64)).to_dict()
+    assert d["passed"] and d["mode"] == "smt" and d["inputs_covered"] == "all" and d["samples"] is None
+    assert d["mode_reason"].startswith(f"no certificate for {uncertified}; 2^64*64 inputs, above the exhaustive limit "
+                                       "of 2^22; smt: a proof for every input by an SMT solver (z3); its size estimate")
+    monkeypatch.setattr("exactformer.verify.smt.available", lambda: False)  # z3 not installed: sampled, as before
     d = xf.verify(xf.build(uncertified, n=64)).to_dict()
     assert d["passed"] and d["mode"] == "sample" and d["samples"] == 1000 and d["seed"] == 0
     assert d["mode_reason"] == (f"no certificate for {uncertified}; 2^64*64 inputs, above the exhaustive limit of 2^22; "

@@ -140,7 +140,7 @@ def test_build_table_and_out_errors(tmp_path: Path):
     (["verify", "equality", "--n", "x"], ["--n", "integer", "[2, 2^30]"]),
     (["verify", "equality"], ["--n is required", "[2, 2^30]"]),
     (["verify", "index-lookup", "--n", "1"], ["n must be an integer in [2, 2^30]"]),
-    (["verify", "index-lookup", "--n", "64", "--mode", "prove"], ["--mode", "certify | exhaustive | sample"]),
+    (["verify", "index-lookup", "--n", "64", "--mode", "prove"], ["--mode", "certify | exhaustive | smt | sample"]),
     (["verify", "index-lookup", "--n", "64", "--device", "tpu"], ["--device", "cpu | cuda"]),
     (["verify", "index-lookup", "--n", "64", "--precision", "binary:int=-1,frac=3"], ["--precision"]),
     (["verify", "index-lookup", "--n", "64", "--samples", "9"], ["--samples", "only with mode sample", "certify"]),

@@ -1,14 +1,16 @@
 """Whether a compiled model is right: certified, exhaustive and sampled verification, and reports.
 
-A PASS is either a proof (mode ``certify``: every input) or a stated count of inputs with their
-seed (modes ``exhaustive`` and ``sample``). A FAIL names the first counterexample found, which the
-executor answered wrong; a certificate that can neither prove nor find one says "unproven" and
+A PASS is either a proof (modes ``certify`` and ``smt``: every input) or a stated count of inputs
+with their seed (modes ``exhaustive`` and ``sample``). A FAIL names the first counterexample found,
+which the executor answered wrong; a certificate that can neither prove nor find one says "unproven" and
 fails. The verifier never branches on a construction's name or kind: the task comes from the
 registry, the certificate composes the blocks' own local certificates.
 
 Which modes a construction has is declared by its task (``task.modes``,
 :class:`~exactformer.constructions.core.task.Task`); without a ``mode`` the verifier uses the
-strongest one that applies (:func:`choose_mode`) and the report says why (``mode_reason``). Every
+strongest one that applies (:func:`choose_mode`) and the report says why (``mode_reason``). The
+smt mode (:mod:`exactformer.verify.smt`, z3 installed) is a second prover for any model it encodes,
+whatever its task declares. Every
 argument has one check here (``check_*``) that the CLI uses too; a bad one raises
 :class:`VerifyError` naming the parameter.
 """
@@ -26,7 +28,7 @@ import numpy as np
 
 from exactformer.constructions.core import registry
 from exactformer.constructions.core.ir import CompiledModel, IRError, ModelIR, fixed_point_only_heads
-from exactformer.constructions.core.task import EXHAUSTIVE_LIMIT, MODES, Batch, Task, count_log2, format_count, inputs_phrase
+from exactformer.constructions.core.task import EXHAUSTIVE_LIMIT, Batch, Task, count_log2, format_count, inputs_phrase
 from exactformer.precision import NO_CUDA, Format, cuda_available, float_format, parse_format
 from exactformer.verify.certify.composed import SEARCH_SECONDS, certify
 from exactformer.verify.errors import VerifyError
@@ -36,7 +38,9 @@ DEFAULT_SAMPLES = 1000  # sample mode's random inputs (plus as many adversarial 
 DEVICES = ("cpu", "cuda")
 #: what each mode covers, for the reports
 COVERS = {"certify": "a proof for every input", "exhaustive": "every input run",
-          "sample": "seeded random and adversarial inputs"}
+          "smt": "a proof for every input by an SMT solver (z3)", "sample": "seeded random and adversarial inputs"}
+#: the modes :func:`verify` takes, strongest first: the tasks' (``task.modes``) and smt, which any model it encodes has
+VERIFY_MODES = ("certify", "exhaustive", "smt", "sample")
 
 #: what each event count means (reports carry this next to the numbers)
 COUNTS_MEANING = {
@@ -199,9 +203,17 @@ def check_model(model: Any) -> CompiledModel:
 
 def check_mode(mode: str | None) -> str | None:
     """A mode name (or None: the strongest the construction has, :func:`choose_mode`)."""
-    if mode is not None and mode not in MODES:
-        raise VerifyError("mode", f"must be one of {' | '.join(MODES)}, got {mode!r}")
+    if mode is not None and mode not in VERIFY_MODES:
+        raise VerifyError("mode", f"must be one of {' | '.join(VERIFY_MODES)}, got {mode!r}")
     return mode
+
+
+def check_smt_timeout(seconds: float | None) -> float | None:
+    """The smt mode's time budget in seconds: a number > 0 (None: :data:`~exactformer.verify.smt.DEFAULT_TIMEOUT`)."""
+    if seconds is not None and (isinstance(seconds, bool) or not isinstance(seconds, (int, float, np.integer, np.floating))
+                                or not 0 < seconds < float("inf")):
+        raise VerifyError("smt_timeout", f"must be a number of seconds > 0, got {seconds!r}")
+    return None if seconds is None else float(seconds)
 
 
 def check_arithmetic(arithmetic: str) -> str:
@@ -279,6 +291,15 @@ def check_sampling(mode: str, samples: int | None, seed: int | None) -> tuple[in
     return DEFAULT_SAMPLES if samples is None else samples, 0 if seed is None else seed
 
 
+def smt_refusal(model: Any, arithmetic: str, fmt: Format | None = None) -> str | None:
+    """Why the smt mode does not cover ``model`` (z3 missing, a float arithmetic, a model or task it
+    does not encode: :func:`exactformer.verify.smt.refusal`), or None."""
+    from exactformer.verify import smt
+
+    model = check_model(model)
+    return smt.refusal(model, task_of(model), arithmetic, fmt)
+
+
 def task_of(model: CompiledModel) -> Task:
     """The task of a built model: its declared modes and input count (VerifyError naming the
     model's ``construction`` where no registered construction has that name)."""
@@ -326,15 +347,23 @@ def certificate_refusal(model: Any, arithmetic: str) -> str | None:
 
 
 def choose_mode(task: Task, model: CompiledModel, mode: str | None, sharded: bool = False,
-                arithmetic: str = "fixed") -> tuple[str, str | None]:
+                arithmetic: str = "fixed", fmt: Format | None = None, smt_default: bool = True) -> tuple[str, str | None]:
     """The mode to run and, when none was asked for, why it was chosen. ``mode`` given: itself if the
-    task declares it (``task.modes``) and, for exhaustive, the inputs fit :data:`EXHAUSTIVE_LIMIT`
-    (``sharded``: :data:`SHARDED_EXHAUSTIVE_LIMIT`) and, for certify, a certificate covers the model
-    in ``arithmetic`` (:func:`certificate_refusal`); else :class:`VerifyError` naming the modes it
-    has. ``mode`` None: the strongest declared mode that applies -- certify, else exhaustive where
-    the inputs fit :data:`EXHAUSTIVE_LIMIT`, else sample."""
-    name = model.construction
+    task declares it (``task.modes``; smt: if :func:`smt_refusal` has no objection) and, for
+    exhaustive, the inputs fit :data:`EXHAUSTIVE_LIMIT` (``sharded``: :data:`SHARDED_EXHAUSTIVE_LIMIT`)
+    and, for certify, a certificate covers the model in ``arithmetic`` (:func:`certificate_refusal`);
+    else :class:`VerifyError` naming the modes it has. ``mode`` None: the strongest mode that
+    applies -- certify, else exhaustive where the inputs fit :data:`EXHAUSTIVE_LIMIT`, else smt where
+    z3 is installed, it encodes the model and the model is small enough
+    (:func:`exactformer.verify.smt.estimate` at most :data:`~exactformer.verify.smt.ESTIMATE_LIMIT`),
+    else sample (``smt_default`` False: not smt -- samples or a seed were given)."""
+    name, model = model.construction, check_model(model)
     gap = certificate_refusal(model, arithmetic)
+    if mode == "smt":
+        refusal = smt_refusal(model, arithmetic, fmt)
+        if refusal:
+            raise VerifyError("mode", refusal)
+        return mode, None
     if mode is not None:
         if mode not in task.modes:
             raise VerifyError("mode", f"{lacks(name, mode)}; its modes: {' | '.join(task.modes)}")
@@ -346,8 +375,16 @@ def choose_mode(task: Task, model: CompiledModel, mode: str | None, sharded: boo
             raise VerifyError("mode", refusal)
         return mode, None
     skipped = []
-    for m in MODES:
-        if m not in task.modes:
+    for m in VERIFY_MODES:
+        if m == "smt":
+            why, size = (None, None) if sharded or not smt_default else _smt_skip(model, task, arithmetic, fmt)
+            if size is not None:
+                from exactformer.verify.smt import ESTIMATE_LIMIT
+
+                return m, "; ".join(skipped + [f"smt: {COVERS[m]}; its size estimate {size:.3g} is within the "
+                                               f"default's limit {ESTIMATE_LIMIT:.3g}"])
+            skipped += [why] if why else []
+        elif m not in task.modes:
             skipped.append(lacks(name, m))
         elif m == "certify" and gap:
             skipped.append(gap)
@@ -360,20 +397,40 @@ def choose_mode(task: Task, model: CompiledModel, mode: str | None, sharded: boo
     raise VerifyError("mode", f"{name}: none of its modes ({' | '.join(task.modes)}) applies ({'; '.join(skipped)})")
 
 
+def _smt_skip(model: Any, task: Task, arithmetic: str, fmt: Format | None) -> tuple[str | None, int | None]:
+    """(why the default does not run smt, None) or (None, the size estimate): not installed, not
+    encoded, or larger than :data:`~exactformer.verify.smt.ESTIMATE_LIMIT`."""
+    from exactformer.verify import smt
+
+    if not smt.available():
+        return None, None  # not installed: the default is what it was without it
+    refusal = smt.refusal(model, task, arithmetic, fmt)
+    if refusal:
+        return refusal, None
+    size = smt.estimate(model, task)
+    if size > smt.ESTIMATE_LIMIT:
+        return f"smt: its size estimate {size:.3g} is above the default's limit {smt.ESTIMATE_LIMIT:.3g}", None
+    return None, size
+
+
 # ---- verification ------------------------------------------------------------------------------------------------
 
 
 def verify(model: Any, mode: str | None = None, fmt: Format | str | None = None, samples: int | None = None,
            seed: int | None = None, device: str = "cpu", progress: Callable[[int], None] | None = None,
            phase: Callable[[str], None] | None = None, arithmetic: str = "fixed", workers: int | None = None,
-           scheduler: str | None = None, search_seconds: float | None = None) -> Report:
+           scheduler: str | None = None, search_seconds: float | None = None, smt_timeout: float | None = None) -> Report:
     """Verify ``model`` under ``fmt`` (default: the precision it was built for).
 
     ``mode``: "certify" (a proof for all inputs, or a counterexample), "exhaustive" (every input;
-    refused above 2^22 inputs) or "sample" (``samples`` seeded random inputs, default 1000, plus as
-    many adversarial ones, see the task); a mode the construction does not declare is refused.
+    refused above 2^22 inputs), "smt" (a proof for all inputs by z3, or a counterexample replayed
+    through the executor, or "unknown" when ``smt_timeout`` seconds run out -- a failure; docs/smt.md)
+    or "sample" (``samples`` seeded random inputs, default 1000, plus as many adversarial ones, see
+    the task); a mode the construction does not declare is refused (smt: one it does not encode).
     None (the default): the strongest mode it has (:func:`choose_mode`), and the report's
-    ``mode_reason`` says why. ``samples`` and ``seed`` apply to sample mode only.
+    ``mode_reason`` says why; smt chosen so runs for at most ``smt_timeout`` (default 60 s) and
+    samples if that runs out. ``samples`` and ``seed`` apply to sample mode only,
+    ``smt_timeout`` (seconds, default 600 with mode smt) to smt.
     ``arithmetic``: "fixed" (the exact executor under ``fmt``), "real", or a float dtype of
     :data:`FLOAT_DTYPES` (float64, float32, bfloat16, float16): the model as torch runs its exported
     weights on the CPU (certificates: rigorous float error bounds, docs/precision.md "Float
@@ -399,7 +456,11 @@ def verify(model: Any, mode: str | None = None, fmt: Format | str | None = None,
     if malformed is not None:
         return malformed
     shard = check_sharding(mode, workers, scheduler)
-    mode, why = choose_mode(task, model, mode, shard, arithmetic if fmt is None or fmt.is_exact else fmt.name)
+    smt_timeout = check_smt_timeout(smt_timeout)
+    if smt_timeout is not None and mode not in (None, "smt"):
+        raise VerifyError("smt_timeout", f"only with mode smt (this run's mode is {mode}: {COVERS[mode]})")
+    mode, why = choose_mode(task, model, mode, shard, arithmetic if fmt is None or fmt.is_exact else fmt.name, fmt,
+                            smt_default=samples is None and seed is None)
     samples, seed = check_sampling(mode, check_samples(samples), check_seed(seed))
     if search_seconds is not None and mode != "certify":
         raise VerifyError("search_seconds", f"only with mode certify (this run's mode is {mode}: {COVERS[mode]})")
@@ -419,6 +480,22 @@ def verify(model: Any, mode: str | None = None, fmt: Format | str | None = None,
     except IRError as e:
         return Report(**base, passed=False, inputs_covered=0, seconds=time.perf_counter() - t0,
                       reason=f"weights not representable: {e}; the model was built for {model.precision}")
+    if mode == "smt":
+        from exactformer.verify import smt
+
+        smt_budget = smt_timeout or (smt.DEFAULT_TIMEOUT if why is None else smt.DEFAULT_CHOICE_TIMEOUT)
+        try:
+            out = smt.prove(model, fmt, task, smt_budget, phase)
+        except IRError as e:
+            return Report(**base, passed=False, inputs_covered=0, seconds=time.perf_counter() - t0,
+                          reason=f"weights not representable: {e}; the model was built for {model.precision}")
+        if out.status != "unknown" or why is None:
+            return Report(**base, passed=out.passed, inputs_covered="all" if out.passed else 0,
+                          seconds=time.perf_counter() - t0, counterexample=out.counterexample, reason=out.reason,
+                          details=out.details)
+        mode, samples, seed = "sample", DEFAULT_SAMPLES, 0  # chosen by default and out of time: sampled instead
+        why = f"{why}; {out.reason}; sample: {COVERS['sample']}"
+        base |= _base(model, fmt, mode, seed) | dict(mode_reason=why, samples=samples)
     if mode == "certify":
         cert = certify(model, fmt, task, device=device,
                        run_candidates=counterexample_runner(fmt, device, arithmetic), progress=phase,

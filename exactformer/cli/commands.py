@@ -28,15 +28,15 @@ from exactformer.cli.options import builder_kwargs, command, construction_option
 from exactformer.cli.output import EXIT_FAILED, Steps, fail, print_json, print_table
 from exactformer.constructions.core import registry
 from exactformer.constructions.core.ir import CompiledModel
-from exactformer.constructions.core.task import EXHAUSTIVE_LIMIT, MODES, format_count
+from exactformer.constructions.core.task import EXHAUSTIVE_LIMIT, format_count
 from exactformer.constructions.export import ManifestError, read_manifest
 from exactformer.verify.certify.composed import SEARCH_SECONDS
 from exactformer.verify.precision_scan import find_min_precision
-from exactformer.verify.verifier import (ARITHMETICS, COUNTS_MEANING, COVERS, DEFAULT_SAMPLES, DEVICES, Report,
-                                         VerifyError, check_arithmetic, check_device, check_mode, check_samples,
-                                         check_sampling, check_search_seconds, check_seed, check_sharding,
-                                         certificate_refusal, choose_mode,
-                                         lacks, task_of)
+from exactformer.verify.verifier import (ARITHMETICS, COUNTS_MEANING, COVERS, DEFAULT_SAMPLES, DEVICES,
+                                         VERIFY_MODES, Report, VerifyError, check_arithmetic, check_device, check_mode,
+                                         check_samples, check_sampling, check_search_seconds, check_seed,
+                                         check_sharding, check_smt_timeout, certificate_refusal, choose_mode, lacks,
+                                         smt_refusal, task_of)
 
 DEFAULT_N = 4096  # verify all
 #: verify all: random inputs of each sampled row (plus its adversarial ones) unless --samples is given; fewer
@@ -117,10 +117,16 @@ BUILD_OPTIONS = [
 VERIFY_OPTIONS = [
     _opt("mode", Optional[str], typer.Option(
         None, "--mode", metavar="MODE", show_default=False,
-        help=f"{' | '.join(MODES)}: certify ({COVERS['certify']}), exhaustive ({COVERS['exhaustive']}, at most "
-             f"{format_count(EXHAUSTIVE_LIMIT)} inputs), sample ({COVERS['sample']}). Default: the strongest mode the "
-             "construction has (certify where it has a certificate, else exhaustive where the inputs fit, else "
-             "sample), named in the report; a mode it does not have is refused")),
+        help=f"{' | '.join(VERIFY_MODES)}: certify ({COVERS['certify']}), exhaustive ({COVERS['exhaustive']}, at most "
+             f"{format_count(EXHAUSTIVE_LIMIT)} inputs), smt ({COVERS['smt']}, docs/smt.md; needs z3: pip install -e "
+             f"'.[smt]'), sample ({COVERS['sample']}). Default: the strongest mode the construction has (certify "
+             "where it has a certificate, else exhaustive where the inputs fit, else smt where z3 is installed and "
+             "the model is small enough -- out of time after 60 s it samples --, else sample), named in the report; "
+             "a mode it does not have is refused")),
+    _opt("smt_timeout", Optional[str], typer.Option(
+        None, "--smt-timeout", metavar="SECONDS", show_default=False,
+        help="smt mode: the time budget in seconds, > 0; when it runs out the result is unknown, a failure. "
+             "Default: 600 (60 when smt is the default's choice)")),
     _opt("samples", Optional[str], typer.Option(
         None, "--samples", metavar="COUNT", show_default=False,
         help=f"sample mode: random inputs (plus as many adversarial ones), >= 1. Default: {DEFAULT_SAMPLES} "
@@ -187,6 +193,7 @@ class _Verification:
     workers: int | None = None
     scheduler: str | None = None
     search_seconds: float | None = None
+    smt_timeout: float | None = None
 
 
 def _bad(e: VerifyError, as_json: bool) -> NoReturn:
@@ -203,15 +210,18 @@ def _verify_args(kw: dict[str, Any]) -> _Verification:
         seed = None if kw["seed"] is None else parse_int(kw["seed"], "--seed", ">= 0")
         workers = None if kw.get("workers") is None else parse_int(kw["workers"], "--workers", ">= 0")
         search = None if kw.get("search_seconds") is None else parse_seconds(kw["search_seconds"], "--search-seconds")
+        smt_timeout = None if kw.get("smt_timeout") is None else parse_seconds(kw["smt_timeout"], "--smt-timeout")
     except ArgumentError as e:
         fail(str(e), as_json)
     try:
         v = _Verification(check_mode(kw["mode"]), check_samples(samples), check_seed(seed), check_device(kw["device"]),
                           check_arithmetic(kw.get("arithmetic") or "fixed"), as_json, workers, kw.get("scheduler"),
-                          search)
+                          search, check_smt_timeout(smt_timeout))
         check_search_seconds(search)
         if v.mode is not None:
             check_sampling(v.mode, v.samples, v.seed)
+        if v.smt_timeout is not None and v.mode not in (None, "smt"):
+            raise VerifyError("smt_timeout", f"only with mode smt (this run's mode is {v.mode}: {COVERS[v.mode]})")
         check_sharding(v.mode, v.workers, v.scheduler)
     except VerifyError as e:
         _bad(e, as_json)
@@ -277,14 +287,14 @@ def _run(model: Any, v: _Verification, steps: Steps) -> Report:
     """Verify with progress (certificate steps, or a bar over the inputs)."""
     try:
         chosen, _ = choose_mode(task_of(model), model, v.mode, v.workers is not None or v.scheduler is not None,
-                                v.arithmetic)
+                                v.arithmetic, smt_default=v.samples is None and v.seed is None)
         what = f"{chosen} {model.construction} n={model.n}" + ("" if v.arithmetic == "fixed" else f" in {v.arithmetic}")
         steps.step(what)
         total = task_of(model).count(model) if chosen == "exhaustive" else 2 * (v.samples or DEFAULT_SAMPLES)
-        progress = steps.bar(total, "inputs") if chosen != "certify" else None
+        progress = steps.bar(total, "inputs") if chosen not in ("certify", "smt") else None
         return xf.verify(model, mode=v.mode, samples=v.samples, seed=v.seed, device=v.device, progress=progress,
                           phase=lambda name: steps.step(f"{what}: {name}"), arithmetic=v.arithmetic, workers=v.workers,
-                          scheduler=v.scheduler, search_seconds=v.search_seconds)
+                          scheduler=v.scheduler, search_seconds=v.search_seconds, smt_timeout=v.smt_timeout)
     except VerifyError as e:
         _bad(e, v.json)
 
@@ -303,7 +313,8 @@ def _verify_named(c: registry.Construction, kw: dict[str, Any]) -> None:
             fail("--arithmetic: --find-min-precision scans fixed-point formats only", v.json)
     elif scan is not None:
         fail("--scan: only with --find-min-precision", v.json)
-    for o in ("mode", "samples", "seed", "device", "arithmetic", "json", "workers", "scheduler", "search_seconds"):
+    for o in ("mode", "samples", "seed", "device", "arithmetic", "json", "workers", "scheduler", "search_seconds",
+              "smt_timeout"):
         kw.pop(o)
     with Steps(lines=not v.json) as steps:
         model, kwargs = _construct(c, kw, v.json, steps)
@@ -412,7 +423,10 @@ def _plan(name: str, model: Any, v: _Verification, n: int) -> _Row:
     if model.n != n:
         notes.append(f"built at n = {model.n}, the largest `verify all` runs it at (it is verified by running it)")
     mode = v.mode
-    if mode is not None and mode not in task.modes:
+    if mode == "smt" and smt_refusal(model, v.arithmetic):
+        notes.append(f"{smt_refusal(model, v.arithmetic)}: ran in its strongest mode")
+        mode = None
+    elif mode is not None and mode != "smt" and mode not in task.modes:
         notes.append(lacking_note(name, task, mode))
         mode = None
     elif mode == "certify" and certificate_refusal(model, v.arithmetic):
