@@ -107,11 +107,12 @@ def parse_int(text: str, opt: str, doc: str) -> int:
         raise ArgumentError(f"{opt}: must be an integer ({doc}), got {text!r}") from None
 
 
-def parse_seconds(text: str, opt: str) -> float:
-    """A number of seconds >= 0 from ``10``, ``2.5`` or ``1/2`` (``opt``: the option, for the error)."""
+def parse_seconds(text: str, opt: str, positive: bool = False) -> float:
+    """A number of seconds >= 0 (``positive``: > 0) from ``10``, ``2.5`` or ``1/2`` (``opt``: the
+    option, for the error)."""
     value = _fraction(text)
-    if value is None or value < 0:
-        raise ArgumentError(f"{opt}: must be a number of seconds >= 0, got {text!r}")
+    if value is None or value < 0 or (positive and value == 0):
+        raise ArgumentError(f"{opt}: must be a number of seconds {'> 0' if positive else '>= 0'}, got {text!r}")
     return float(value)
 
 

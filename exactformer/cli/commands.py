@@ -210,7 +210,7 @@ def _verify_args(kw: dict[str, Any]) -> _Verification:
         seed = None if kw["seed"] is None else parse_int(kw["seed"], "--seed", ">= 0")
         workers = None if kw.get("workers") is None else parse_int(kw["workers"], "--workers", ">= 0")
         search = None if kw.get("search_seconds") is None else parse_seconds(kw["search_seconds"], "--search-seconds")
-        smt_timeout = None if kw.get("smt_timeout") is None else parse_seconds(kw["smt_timeout"], "--smt-timeout")
+        smt_timeout = None if kw.get("smt_timeout") is None else parse_seconds(kw["smt_timeout"], "--smt-timeout", positive=True)
     except ArgumentError as e:
         fail(str(e), as_json)
     try:
