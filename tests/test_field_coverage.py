@@ -224,3 +224,24 @@ def test_every_field_survives_save_and_load(name, tmp_path):
         except (ManifestError, ValueError):  # an unregistered construction name, a recipe that does not rebuild
             continue
         assert _runs_as(loaded) == _runs_as(mutant), f"{name}: {what}: the loaded model differs from the saved one"
+
+
+def test_a_tie_is_never_a_right_answer():
+    """The executor decodes a tie as no answer (None), which the verifier used to compare as -1 --
+    k-hop's "no answer" truth -- while torch's argmax picks the lowest index. A k-hop model whose
+    logits all tie is now wrong on an input whose every answer is "no answer"."""
+    import dataclasses
+
+    from exactformer.constructions.core.ir import ExactTensor
+    from exactformer.precision import parse_format
+    from exactformer.verify.verifier import check_batches
+
+    hop = _small("k-hop")
+    flat = dataclasses.replace(hop, W_U=ExactTensor.zeros(*hop.W_U.shape), b_U=ExactTensor.zeros(*hop.b_U.shape))
+    task = registry.task_of(hop)
+    every = next(b for b in task.exhaustive(hop) if np.any(np.all(np.asarray(b.truth).reshape(len(b), -1) == -1, axis=1)))
+    batch = every.take(np.flatnonzero(np.all(np.asarray(every.truth).reshape(len(every), -1) == -1, axis=1))[:1])
+    assert check_batches(hop, parse_format(hop.precision), [batch])[1] is None  # the model as built answers it right
+    _, cex, _, _ = check_batches(flat, parse_format(hop.precision), [batch])
+    assert cex is not None and cex["got"][0] is None, cex
+    assert not verify(flat, "certify").passed and not verify(flat, "exhaustive").passed

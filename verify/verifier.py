@@ -142,7 +142,7 @@ def check_batches(model: CompiledModel, fmt: Format, batches: Iterable[Batch], d
             raise VerifyError("model", f"its task gives truths of shape {truth.shape} for answers of shape "
                                        f"{res.margin.shape}")
         got = np.array([[a if a is not None else -1 for a in row] for row in res.answers]).reshape(truth.shape)
-        ok = got == truth
+        ok = (got == truth) & (np.asarray(res.margin) > 0)  # a tie is never right: torch's argmax picks the lowest index
         signed = np.where(ok, res.margin, -res.margin)
         m = Fraction(int(signed.min())) * fmt.step if exact else Fraction(float(signed.min()))
         min_margin = m if min_margin is None else min(min_margin, m)

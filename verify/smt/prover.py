@@ -88,7 +88,6 @@ class Prover:
         self.stats = {"cases": 0, "solver_calls": 0, "solver_seconds": 0.0, "decided_in_python": 0}
         labels = [label(x) for x in model.answers]
         self.match = [[i for i, x in enumerate(labels) if x == label(v)] for v in self.truth.values]
-        self.tie_ok = np.array([label(v) == label(None) for v in self.truth.values], dtype=bool)
 
     def say(self, text: str, force: bool = False) -> None:
         now = time.monotonic()
@@ -152,8 +151,8 @@ class Prover:
 
     def wrong(self, enc: Enc, logits: list[Sym], code: Sym) -> Sym:
         """A boolean: the answer is wrong. The answer is decoded as the executor decodes it: the
-        label of the strict maximum, or no answer (None) where the largest logits tie; the verifier
-        compares None as -1, so a tie is right exactly where the truth is -1 (or None)."""
+        label of the strict maximum; a tie is wrong whatever the truth (the verifier's rule:
+        torch's argmax would pick the lowest index where the executor says None)."""
         V = len(logits)
         codes = range(len(self.truth.values))
         if isinstance(code, Tab):
@@ -172,26 +171,19 @@ class Prover:
             for k, idx in enumerate(self.match):
                 table[k, idx] = True
             c = np.broadcast_to(arrs[-1], shape)
-            ok = np.where(strict, table[c, best], self.tie_ok[c])
+            ok = strict & table[c, best]
             return Tab(deps, ~ok)
-        tie_codes = [k for k in codes if self.tie_ok[k]]
         if all(len(self.match[k]) <= 1 for k in codes):  # one label per truth: its logit against each other, O(V)
             index = np.array([m[0] if m else -1 for m in self.match], dtype=np.int64)
             t = lookup(enc, lambda c: index[np.asarray(c, dtype=np.int64)], code)
             top = select(enc, t, logits)
             ok = all_of(enc, [cmp(enc, "!=", t, const(-1))] + [
                 any_of(enc, [cmp(enc, "==", t, const(j)), cmp(enc, ">", top, logits[j])]) for j in range(V)])
-            if tie_codes:  # no strict maximum: right where the truth is None
-                strict = [all_of(enc, [cmp(enc, ">", logits[i], logits[j]) for j in range(V) if j != i]) for i in range(V)]
-                tie = all_of(enc, [any_of(enc, [cmp(enc, "==", code, const(k)) for k in tie_codes]),
-                                   not_(enc, any_of(enc, strict))])
-                ok = any_of(enc, [ok, tie])
             return not_(enc, ok)
         strict = [all_of(enc, [cmp(enc, ">", logits[i], logits[j]) for j in range(V) if j != i]) for i in range(V)]
-        tie = not_(enc, any_of(enc, strict))
         alts = []
         for k in codes:
-            right = [strict[i] for i in self.match[k]] + ([tie] if self.tie_ok[k] else [])
+            right = [strict[i] for i in self.match[k]]
             if right:
                 alts.append(all_of(enc, [cmp(enc, "==", code, const(k)), any_of(enc, right)]))
         return not_(enc, any_of(enc, alts))
@@ -314,11 +306,12 @@ class Prover:
         return Outcome("counterexample", "counterexample found (replayed wrong through the executor)", cex)
 
     def _answer(self, logits: np.ndarray) -> tuple[Any, Callable[[Any], bool]]:
-        """(the answer as the executor decodes it -- None on a tie --, is-right(truth))."""
+        """(the answer as the executor decodes it -- None on a tie --, is-right(truth): never on a tie)."""
         L = np.asarray(logits)
         best = int(np.argmax(L))
-        got = self.model.answers[best] if L.size == 1 or int(np.sum(L == L[best])) == 1 else None
-        return got, lambda t: label(got) == t
+        strict = L.size == 1 or int(np.sum(L == L[best])) == 1
+        got = self.model.answers[best] if strict else None
+        return got, lambda t: strict and label(got) == t
 
     def _torch(self, tokens: Any, a: int, truth: Any) -> dict:
         from exactformer.verify.executor.torch_run import run_torch  # torch is imported when a counterexample is found
