@@ -34,7 +34,7 @@ import z3
 
 from exactformer.constructions.core.task import Task
 from exactformer.verify.executor.exact import run
-from exactformer.verify.smt import recurrent, transformer  # noqa: F401  (register their evaluators)
+from exactformer.verify.smt import recurrent, tasks, transformer  # noqa: F401  (register their evaluators and encodings)
 from exactformer.verify.smt.sym import Enc, NotCovered, Sym, Tab, all_of, any_of, cmp, const, lookup, not_, select
 from exactformer.verify.smt.transformer import NeedSplit
 from exactformer.verify.smt.truth import Truth, truth_of

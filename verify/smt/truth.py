@@ -61,18 +61,12 @@ def encodes(task_class: type, reads: tuple[str, ...] = READS) -> Callable:
 
 
 def truth_of(task: Task, model: Any) -> Truth:
-    """The truth of ``task`` for ``model``: its registered encoding, else the table of its truth."""
-    _load()
+    """The truth of ``task`` for ``model``: its registered encoding (:mod:`exactformer.verify.smt.tasks`
+    registers the catalogue's when the prover imports it), else the table of its truth."""
     for cls, fn, reads in _ENCODERS:
         if isinstance(task, cls) and not any(redefines(task, cls, name) for name in reads):
             return fn(task, model)
     return table_truth(task, model)
-
-
-def _load() -> None:
-    """The encodings of the registered constructions' tasks (imported when first asked for)."""
-    if not _ENCODERS:
-        from exactformer.verify.smt import tasks  # noqa: F401  (registers them)
 
 
 def domain_list(task: Task, model: Any) -> list[np.ndarray]:
