@@ -17,6 +17,7 @@ from typing import Any, Iterator
 
 import numpy as np
 
+from exactformer.constructions.core.streams import GeneratedTokens
 
 
 #: the verification modes, strongest first: a proof for every input, every input run, seeded samples
@@ -225,7 +226,10 @@ class Batch:
         return len(self.tokens)
 
     def example(self, i: int) -> Any:
-        """Input i as the task's natural form (what ``Task.encode`` accepts)."""
+        """Input i as the task's natural form (what ``Task.encode`` accepts); an input generated on
+        demand (:class:`~exactformer.constructions.core.streams.GeneratedTokens`) as how it is generated."""
+        if isinstance(self.tokens, GeneratedTokens):
+            return self.tokens.describe(i)
         vals = tuple(a[i].tolist() if np.ndim(a) > 1 else a[i].item() for a in self.arrays)
         return vals[0] if len(vals) == 1 else vals
 
