@@ -28,6 +28,7 @@ from exactformer.constructions.core.ir import CompiledModel, IRError, ModelIR
 from exactformer.constructions.core.task import EXHAUSTIVE_LIMIT, MODES, Batch, Task, count_log2, format_count, inputs_phrase
 from exactformer.precision import Format, float_format, parse_format
 from exactformer.verify.certify.composed import certify
+from exactformer.verify.estimate import Meter, estimate_run, refusal
 from exactformer.verify.executor.exact import run
 
 DEFAULT_SAMPLES = 1000  # sample mode's random inputs (plus as many adversarial ones) when none are given
@@ -117,15 +118,16 @@ def arithmetic_bits(arithmetic: str) -> int:
     return float_format(arithmetic).bits if arithmetic in FLOAT_DTYPES else 64
 
 
-def _runner(fmt: Format, arithmetic: str, device: str) -> Callable[[CompiledModel, np.ndarray], Any]:
+def _runner(fmt: Format, arithmetic: str, device: str) -> Callable[..., Any]:
     """How inputs are run: the exact executor under ``fmt`` ("fixed"), or the exported torch module
-    in a float dtype on the CPU (the real arithmetic's closest runnable arithmetic is float64)."""
+    in a float dtype on ``device`` (the real arithmetic's closest runnable arithmetic is float64);
+    ``runner(model, tokens, progress)``."""
     if arithmetic == "fixed":
-        return lambda model, tokens: run(model, tokens, fmt, device=device)
+        return lambda model, tokens, progress=None: run(model, tokens, fmt, device=device, progress=progress)
     from exactformer.verify.executor.torch_run import run_torch  # torch is imported here, when a float run is asked for
 
     dtype = arithmetic if arithmetic in FLOAT_DTYPES else "float64"
-    return lambda model, tokens: run_torch(model, tokens, dtype)
+    return lambda model, tokens, progress=None: run_torch(model, tokens, dtype, device, progress)
 
 
 def check_batches(model: CompiledModel, fmt: Format, batches: Iterable[Batch], device: str = "cpu",
@@ -137,7 +139,13 @@ def check_batches(model: CompiledModel, fmt: Format, batches: Iterable[Batch], d
     runner = _runner(fmt, arithmetic, device)
     exact = arithmetic == "fixed" and fmt.is_exact
     for b in batches:
-        res = runner(model, b.tokens)
+        ticked = [0.0]  # inputs of this batch the runner reported (fractions where an input is long)
+
+        def tick(k: float) -> None:
+            ticked[0] += k
+            progress(k)
+
+        res = runner(model, b.tokens, None if progress is None else tick)
         for key, val in res.counts.items():
             counts[key] = counts.get(key, 0) + int(val)
         truth = np.asarray(b.truth).reshape(len(b), -1)  # [B, A]
@@ -150,8 +158,8 @@ def check_batches(model: CompiledModel, fmt: Format, batches: Iterable[Batch], d
         m = Fraction(int(signed.min())) * fmt.step if exact else Fraction(float(signed.min()))
         min_margin = m if min_margin is None else min(min_margin, m)
         covered += len(truth)
-        if progress is not None:
-            progress(len(truth))
+        if progress is not None and len(truth) > ticked[0]:
+            progress(len(truth) - ticked[0])
         wrong = np.flatnonzero(~ok.all(axis=1))
         if wrong.size:
             i = int(wrong[0])
@@ -354,9 +362,9 @@ def choose_mode(task: Task, model: CompiledModel, mode: str | None, sharded: boo
 
 
 def verify(model: Any, mode: str | None = None, fmt: Format | str | None = None, samples: int | None = None,
-           seed: int | None = None, device: str = "cpu", progress: Callable[[int], None] | None = None,
+           seed: int | None = None, device: str = "cpu", progress: Callable[[float], None] | None = None,
            phase: Callable[[str], None] | None = None, arithmetic: str = "fixed", workers: int | None = None,
-           scheduler: str | None = None) -> Report:
+           scheduler: str | None = None, notice: Callable[[str], None] | None = None) -> Report:
     """Verify ``model`` under ``fmt`` (default: the precision it was built for).
 
     ``mode``: "certify" (a proof for all inputs, or a counterexample), "exhaustive" (every input;
@@ -373,8 +381,13 @@ def verify(model: Any, mode: str | None = None, fmt: Format | str | None = None,
     processes, 0 for this process, or the scheduler at ``scheduler``); exhaustive then runs up to
     2^32 inputs with the single-process result, sample draws its inputs per shard (seeds from
     ``seed`` and the shard, the same for any number of workers).
-    ``progress(n)`` is called with the inputs done per batch, ``phase(name)`` with each
-    certificate step. Every bad argument raises :class:`VerifyError` naming it."""
+    ``progress(n)`` is called with the inputs done (per batch, or fractions of an input where
+    inputs are long), ``phase(name)`` with each certificate step. An exhaustive or sampled run in
+    this process estimates its memory first (:mod:`exactformer.verify.estimate`) and is refused
+    (:class:`VerifyError` naming ``samples`` or ``n`` and the estimate) where it would not fit the
+    memory available; ``notice(line)`` is given the estimate, and the time the run takes once
+    measured on its first inputs; the report's ``details["estimate"]`` holds both. Every bad
+    argument raises :class:`VerifyError` naming it."""
     model = check_model(model)
     check_mode(mode)
     check_arithmetic(arithmetic)
@@ -419,6 +432,16 @@ def verify(model: Any, mode: str | None = None, fmt: Format | str | None = None,
         return Report(**base, passed=cex is None, inputs_covered=covered, seconds=time.perf_counter() - t0,
                       min_margin=None if min_margin is None else str(min_margin), counts=counts,
                       counterexample=cex, reason=reason)
+    try:
+        est = estimate_run(model, task, mode, int(count) if mode == "exhaustive" else 2 * samples, fmt, arithmetic,
+                           device)
+    except ValueError as e:  # a runner that refuses the length (the dense torch.nn.RNN's budget)
+        raise VerifyError("n", f"{mode}: {e}") from None
+    why = refusal(est, model.n)
+    if why:
+        raise VerifyError(*why)
+    if notice is not None:
+        notice(est.text())
     if mode == "exhaustive":
         batches: Iterable[Batch] = task.exhaustive(model)
     else:
@@ -427,13 +450,14 @@ def verify(model: Any, mode: str | None = None, fmt: Format | str | None = None,
             yield from task.sample(model, samples, seed)
 
         batches = both()
-    covered, cex, min_margin, counts = check_batches(model, fmt, batches, device, progress, arithmetic)
+    covered, cex, min_margin, counts = check_batches(model, fmt, batches, device, Meter(est, progress, notice),
+                                                     arithmetic)
     reason = "counterexample found" if cex else (
         "all inputs correct" if mode == "exhaustive" else
         f"{covered} inputs correct ({samples} sampled with seed {seed}, the rest adversarial with seed {seed + 1})")
     return Report(**base, passed=cex is None, inputs_covered=covered, seconds=time.perf_counter() - t0,
                   min_margin=None if min_margin is None else str(min_margin), counts=counts,
-                  counterexample=cex, reason=reason)
+                  counterexample=cex, reason=reason, details={"estimate": est.to_dict()})
 
 
 def certified_arithmetics(model: Any, device: str = "cpu") -> dict[str, list[str]]:

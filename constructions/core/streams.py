@@ -112,3 +112,59 @@ class GeneratedTokens:
 
     def __repr__(self) -> str:
         return f"GeneratedTokens(B={len(self)}, T={self.T}, ids in [{self.lo}, {self.hi}])"
+
+
+class SequentialFill:
+    """``fill(rows, positions)`` of a generator whose symbols at positions a .. b-1 follow from its
+    state at a (a Markov chain: Dyck members): ``advance(rows, state, a, b) -> (ids [len(rows), b - a],
+    state at b)`` from ``start(rows)`` at 0. A reader that goes forward (the recurrent executor, chunk
+    by chunk) costs one pass; the state reached is kept per set of rows, and a read before it
+    starts again from 0. ``reached(rows)`` is the state at the last position read, with that
+    position (what a task's truth reads off the same pass)."""
+
+    def __init__(self, advance: Callable[[np.ndarray, Any, int, int], tuple[np.ndarray, Any]],
+                 start: Callable[[np.ndarray], Any], chunk: int = 1 << 20):
+        self.advance, self.start, self.chunk = advance, start, chunk
+        self._at: dict[bytes, tuple[int, Any]] = {}
+
+    def reached(self, rows: np.ndarray) -> tuple[int, Any]:
+        return self._at.get(np.asarray(rows, dtype=np.int64).tobytes(), (0, self.start(rows)))
+
+    def run_to(self, rows: np.ndarray, end: int) -> Any:
+        """The state at ``end`` (read forward from where these rows stand)."""
+        pos, state = self.reached(rows)
+        if pos > end:
+            pos, state = 0, self.start(rows)
+        for a in range(pos, end, self.chunk):
+            _, state = self.advance(rows, state, a, min(end, a + self.chunk))
+        self._at[np.asarray(rows, dtype=np.int64).tobytes()] = (end, state)
+        return state
+
+    def __call__(self, rows: np.ndarray, positions: np.ndarray) -> np.ndarray:
+        rows = np.asarray(rows, dtype=np.int64)
+        if positions.size == 0:
+            return np.zeros((rows.size, 0), np.int64)
+        a, b = int(positions.min()), int(positions.max()) + 1
+        state = self.run_to(rows, a)
+        ids, state = self.advance(rows, state, a, b)
+        self._at[rows.tobytes()] = (b, state)
+        return ids[:, positions - a]
+
+
+class Deferred:
+    """An array computed when first read (``np.asarray``, indexing, ``len``): the truth of generated
+    inputs, read off the pass that ran them (:class:`SequentialFill`) instead of a pass of its own."""
+
+    def __init__(self, compute: Callable[[], np.ndarray], length: int):
+        self._compute, self._length, self._value = compute, int(length), None
+
+    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
+        if self._value is None:
+            self._value = np.asarray(self._compute())
+        return self._value if dtype is None else self._value.astype(dtype)
+
+    def __getitem__(self, idx: Any) -> Any:
+        return np.asarray(self)[idx]
+
+    def __len__(self) -> int:
+        return self._length

@@ -345,6 +345,17 @@ class Task(ABC):
     def adversarial(self, model: Any, count: int, seed: int) -> Iterator[Batch]:
         """Named hard inputs (deterministic given the seed), at most ``count``; ``Batch.kind`` names them."""
 
+    def input_bytes(self, model: Any) -> int:
+        """Bytes one input of a batch from :meth:`sample`, :meth:`adversarial` or :meth:`exhaustive`
+        holds (token ids, the natural arrays and the truth): what a run's memory estimate counts
+        (``verify/estimate.py``). Default: int64 ids and arrays, 16 bytes a token."""
+        return 16 * self.length(model) + 64
+
+    def batch_inputs(self, model: Any, batch: int = 1024) -> int:
+        """Inputs per batch of :meth:`sample` and :meth:`adversarial` (at most; what a run's memory
+        estimate counts). Default: ``batch``."""
+        return batch
+
     def candidates(self, model: Any, hint: dict, count: int) -> Iterator[Batch]:
         """Inputs to try when a proof step fails: planted from ``hint`` first, then adversarial,
         then sampled (seeded)."""

@@ -252,7 +252,7 @@ def _run(model: Any, v: _Verification, steps: Steps) -> Report:
         progress = steps.bar(total, "inputs") if chosen != "certify" else None
         return xf.verify(model, mode=v.mode, samples=v.samples, seed=v.seed, device=v.device, progress=progress,
                           phase=lambda name: steps.step(f"{what}: {name}"), arithmetic=v.arithmetic, workers=v.workers,
-                          scheduler=v.scheduler)
+                          scheduler=v.scheduler, notice=steps.note)
     except VerifyError as e:
         _bad(e, v.json)
 

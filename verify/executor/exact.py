@@ -110,16 +110,29 @@ def run(model: Any, tokens: Any, fmt: Format, device: str = "cpu", batch_size: i
     raise ExecutorError(f"no executor for a {type(model).__name__}")
 
 
+@functools.singledispatch
+def memory_estimate(model: Any, fmt: Format, T: int, batch: int, device: str = "cpu") -> int:
+    """Bytes :func:`run` holds at its peak on ``batch`` inputs of length ``T`` (besides the inputs
+    themselves), estimated from the executor's own budgets: the estimate of the model's kind."""
+    raise ExecutorError(f"no executor for a {type(model).__name__}")
+
+
+@memory_estimate.register
+def _memory_transformer(model: CompiledModel, fmt: Format, T: int, batch: int, device: str = "cpu") -> int:
+    return plan_for(model, fmt, device, T).memory(batch)
+
+
 @run.register
 def run_transformer(model: CompiledModel, tokens: Any, fmt: Format, device: str = "cpu",
-                    batch_size: int | None = None) -> RunResult:
+                    batch_size: int | None = None, progress: Any = None) -> RunResult:
     """Run ``model`` on token ids ``tokens`` [B, T] (or [T]) under ``fmt``.
 
     ``T`` must not exceed ``model.n_ctx``; ids must lie in ``[0, model.d_vocab)``. A model with a
     ``vector_input`` takes :class:`~exactformer.constructions.core.ir.Inputs` (token ids and exact
     vectors, which must be representable in ``fmt``). Returns the logits at the model's answer
     positions (see :class:`RunResult`). ``batch_size`` bounds the inputs processed at once
-    (default: chosen so the live residual stays near 2^25 entries).
+    (default: chosen so the live residual stays near 2^25 entries); ``progress(k)`` is called with
+    the k inputs of each part done.
     """
     try:
         tokens, vectors = split_inputs(model, tokens)
@@ -148,8 +161,11 @@ def run_transformer(model: CompiledModel, tokens: Any, fmt: Format, device: str 
     if batch_size is None:
         batch_size = max(1, RESIDUAL_BUDGET // max(1, plan.entries_per_input))
     fmt.reset_counts()
-    parts = [plan.be.get(plan.forward(tokens[s : s + batch_size], None if vec is None else vec[s : s + batch_size]))
-             for s in range(0, B, batch_size)]
+    parts = []
+    for s in range(0, B, batch_size):
+        parts.append(plan.be.get(plan.forward(tokens[s : s + batch_size], None if vec is None else vec[s : s + batch_size])))
+        if progress is not None:
+            progress(min(B, s + batch_size) - s)
     logits = np.concatenate(parts, axis=0) if parts else np.zeros((0, plan.answer_pos.size, len(model.answers)), np.int64)
     answers, margin = decode_logits(model, logits)
     return RunResult(logits, answers, margin, fmt.counts.as_dict())
@@ -335,6 +351,18 @@ class _Plan:
         # the windowed attention (verify/executor/window.py): numpy fixed point with an exp zero
         self._d0 = fmt.exp_zero_below() if isinstance(fmt, FixedPoint) and not be.torch else None
         self._key_index: dict[tuple, Any] = {}  # per (layer, head): shared keys' index; values free of events
+
+    def memory(self, batch: int) -> int:
+        """Bytes a call on ``batch`` inputs holds at its peak (besides the token ids), from the
+        budgets it runs under: a part of the batch whose live residual stays near
+        :data:`RESIDUAL_BUDGET` entries and an attention block of :data:`ATTENTION_BLOCK_ENTRIES`,
+        each with a few int64 temporaries. A one-block model whose heads read their keys through
+        windows (numpy fixed point) holds per input only its answer positions' rows, never T."""
+        part = min(batch, max(1, RESIDUAL_BUDGET // max(1, self.entries_per_input)))
+        per_input = self.entries_per_input
+        if self._d0 is not None and all(pos.size < self.T for pos in self.block_pos):
+            per_input = per_input // self.T * int(self.answer_pos.size)
+        return 8 * 4 * (part * per_input + ATTENTION_BLOCK_ENTRIES)
 
     @functools.cached_property
     def allpos(self) -> np.ndarray:

@@ -33,7 +33,7 @@ _MODULES: "OrderedDict[tuple, torch.nn.Module]" = OrderedDict()
 
 
 @functools.singledispatch
-def run_torch(model: Any, tokens: np.ndarray, dtype: str = "float64", device: str = "cpu") -> RunResult:
+def run_torch(model: Any, tokens: np.ndarray, dtype: str = "float64", device: str = "cpu", progress: Any = None) -> RunResult:
     """Logits at the answer positions [B, A, V] by the exported float forward pass of the model's
     kind (the transformer's below; a recurrent model's in :mod:`exactformer.verify.executor.recurrent`)."""
     raise ValueError(f"no float forward pass for a {type(model).__name__}")
@@ -54,9 +54,47 @@ def torch_module(model: Any, dtype: str, device: str = "cpu") -> torch.nn.Module
     return module
 
 
+def _batch_size(module: torch.nn.Module, T: int) -> int:
+    """Inputs per call of ``module`` so that its own estimate stays under :data:`MEMORY_BUDGET`."""
+    one = module.memory(T, 1)
+    per_input = max(1, module.memory(T, 2) - one)
+    return max(1, min(BATCH, int((MEMORY_BUDGET - one) // per_input) + 1))
+
+
+@functools.singledispatch
+def torch_memory(model: Any, dtype: str, device: str, T: int, batch: int) -> int:
+    """Bytes :func:`run_torch` holds at its peak on ``batch`` inputs of length ``T`` (the module's
+    weights and its own estimate for the batches it runs); ValueError where it refuses the run."""
+    raise ValueError(f"no float forward pass for a {type(model).__name__}")
+
+
+@torch_memory.register
+def _memory_transformer(model: CompiledModel, dtype: str, device: str, T: int, batch: int) -> int:
+    module = torch_module(model, _dtype(dtype), device)
+    weights = sum(b.numel() * b.element_size() for b in module.buffers())
+    return weights + module.memory(T, min(batch, _batch_size(module, T)))
+
+
+@torch_memory.register
+def _memory_recurrent(model: RNNModel, dtype: str, device: str, T: int, batch: int) -> int:
+    _check_recurrent(model, T)
+    return 3 * T * batch * (model.hidden + model.d_input + len(model.answers)) * DTYPES[_dtype(dtype)].itemsize
+
+
+def _dtype(arithmetic: str) -> str:
+    """The dtype that runs ``arithmetic`` (the exact reals' closest is float64)."""
+    return arithmetic if arithmetic in DTYPES else "float64"
+
+
+def _check_recurrent(model: RNNModel, T: int) -> None:
+    if T * model.hidden**2 > RECURRENT_BUDGET:
+        raise ValueError(f"an input of length {T} needs {T * model.hidden ** 2:.3g} multiply-adds in the dense "
+                         f"torch.nn.RNN (H = {model.hidden}; budget 2^32)")
+
+
 @run_torch.register
 def run_torch_transformer(model: CompiledModel, tokens: np.ndarray, dtype: str = "float64",
-                          device: str = "cpu") -> RunResult:
+                          device: str = "cpu", progress: Any = None) -> RunResult:
     """Logits at the answer positions [B, A, V] (float64 values of the dtype's results) by the
     exported module on ``device``, in batches whose memory (the module's own estimate,
     :meth:`~exactformer.constructions.export.torch_module.ExactformerTorch.memory`) stays under
@@ -71,9 +109,7 @@ def run_torch_transformer(model: CompiledModel, tokens: np.ndarray, dtype: str =
         tokens, vectors = tokens[None], None if vectors is None else vectors[None]
     module = torch_module(model, dtype, device)
     T = tokens.shape[1]
-    one = module.memory(T, 1)
-    per_input = max(1, module.memory(T, 2) - one)
-    batch_size = max(1, min(BATCH, int((MEMORY_BUDGET - one) // per_input) + 1))
+    batch_size = _batch_size(module, T)
     pos = model.answer_positions_for(T)
     at = torch.as_tensor(np.searchsorted(module.output_positions(T), pos))
     parts = []
@@ -82,13 +118,16 @@ def run_torch_transformer(model: CompiledModel, tokens: np.ndarray, dtype: str =
             vec = None if vectors is None else torch.as_tensor(vectors[s : s + batch_size], dtype=torch.float64)
             out = module(torch.as_tensor(tokens[s : s + batch_size]), vec)
             parts.append(out[:, at.to(out.device)].double().cpu().numpy())
+            if progress is not None:
+                progress(len(out))
     logits = np.concatenate(parts) if parts else np.zeros((0, pos.size, len(model.answers)))
     answers, margin = decode_logits(model, logits)
     return RunResult(logits, answers, margin, {})
 
 
 @run_torch.register
-def run_torch_recurrent(model: RNNModel, tokens: np.ndarray, dtype: str = "float64", device: str = "cpu") -> RunResult:
+def run_torch_recurrent(model: RNNModel, tokens: np.ndarray, dtype: str = "float64", device: str = "cpu",
+                        progress: Any = None) -> RunResult:
     """The exported recurrent module (``torch.nn.RNN`` between the embedding and the readout,
     :func:`exactformer.constructions.export.to_torch`) in ``dtype``: logits at the answer positions.
     An input whose dense run needs more than 2^32 multiply-adds (T H^2) is refused, not run."""
@@ -96,9 +135,7 @@ def run_torch_recurrent(model: RNNModel, tokens: np.ndarray, dtype: str = "float
         raise ValueError(f"dtype must be one of {sorted(DTYPES)}, got {dtype!r}")
     tokens = check_tokens(model, tokens)
     T = tokens.shape[1]
-    if T * model.hidden**2 > RECURRENT_BUDGET:
-        raise ValueError(f"an input of length {T} needs {T * model.hidden ** 2:.3g} multiply-adds in the dense "
-                         f"torch.nn.RNN (H = {model.hidden}; budget 2^32)")
+    _check_recurrent(model, T)
     pos = model.answer_positions_for(T)
     with torch.no_grad():
         out = torch_module(model, dtype, device)(torch.as_tensor(tokens))[:, torch.as_tensor(pos)].double().cpu().numpy()
