@@ -83,6 +83,7 @@ class _Proj:
     W: Any
     b: Any
     source: str
+    monomial: Any = None  # (source row, weight) [H, dims] each where every column of W has one nonzero
 
 
 @dataclass
@@ -228,7 +229,12 @@ class ExactformerTorch(nn.Module):
 
             def proj(p):
                 rows, W, b, src = p
-                return _Proj(at(rows, held) if src == "input" and li else idx(rows), W, b, src)
+                nz = W != 0
+                mono = None
+                if W.shape[1] and W.shape[2] and int(nz.sum(dim=1).max()) <= 1:
+                    first = nz.to(torch.int8).argmax(dim=1)  # [H, dims]: the row of each column's nonzero
+                    mono = (first, torch.gather(W, 1, first[:, None, :])[:, 0])
+                return _Proj(at(rows, held) if src == "input" and li else idx(rows), W, b, src, mono)
 
             a, m = self.blocks[li].attn, self.blocks[li].mlp
             layers.insert(0, _Layer(self.causal[li], proj(pq), proj(pk), proj(pv), idx(live_in), at(mid, live_in),
@@ -288,7 +294,7 @@ class ExactformerTorch(nn.Module):
         """hook_embed + hook_pos_embed (and the input vectors) at positions ``at`` (a slice or a
         position array) on columns ``cols``: [B, len(at), len(cols)]."""
         E, inv = ctx["E"], ctx["inv"]
-        x = E[:, cols][inv[:, at]] + self._pos_rows(at)[:, cols][None]
+        x = E.index_select(1, cols)[inv[:, at]] + self._pos_rows(at).index_select(1, cols)[None]
         vec = ctx["vectors"]
         if vec is not None:
             vi = self.exact_model.vector_input
@@ -308,12 +314,12 @@ class ExactformerTorch(nn.Module):
             key = ("proj", li, id(p), ctx["T"], repr(at) if isinstance(at, slice) else at.tobytes())
             out = self._cache.get(key)
             if out is None:
-                out = self._affine(lambda s: self._pos_rows(s)[:, p.rows][None], p, at)
+                out = self._affine(lambda s: self._pos_rows(s).index_select(1, p.rows)[None], p, at)
                 self._keep(key, out, out.numel() * out.element_size())
             return out
         if li == 0:
             return self._affine(lambda s: self._embedded(ctx, s, p.rows), p, at)
-        return self._affine(lambda s: x[:, s][..., p.rows], p, at)
+        return self._affine(lambda s: x[:, s].index_select(-1, p.rows), p, at)
 
     def _affine(self, read, p: _Proj, at: Any) -> Any:
         """einsum(x, W) + b over blocks of :data:`POSITION_CHUNK` positions (``read(slice)`` gives
@@ -329,6 +335,9 @@ class ExactformerTorch(nn.Module):
         if p.rows.numel() == 0:  # a bias only: every product is 0
             return torch.zeros((1, p.W.shape[0], xr.shape[1], p.W.shape[2]), dtype=p.b.dtype, device=p.b.device) \
                 + p.b[None, :, None, :]
+        if p.monomial is not None:  # one nonzero per column: the sum is that product, rounded once either way
+            src, weight = p.monomial
+            return torch.stack([xr.index_select(-1, s) * w for s, w in zip(src, weight)], dim=1) + p.b[None, :, None, :]
         return torch.einsum("btd,hde->bhte", xr, p.W) + p.b[None, :, None, :]
 
     # ---- attention -------------------------------------------------------------------------
@@ -399,7 +408,15 @@ class ExactformerTorch(nn.Module):
             if tuple(vectors.shape) != (B, T, vi.width):
                 raise ValueError(f"vectors must have shape {(B, T, vi.width)}, got {tuple(vectors.shape)}")
         layers, W_U = self._layers()
-        uniq, inv = torch.unique(tokens, return_inverse=True)
+        if self.d_vocab <= 16 * tokens.numel():  # the distinct ids without a sort: a table over the vocabulary
+            present = torch.zeros(self.d_vocab, dtype=torch.bool, device=ref.device)
+            present[tokens.reshape(-1)] = True
+            uniq = torch.nonzero(present).flatten()
+            lut = torch.zeros(self.d_vocab, dtype=torch.long, device=ref.device)
+            lut[uniq] = torch.arange(uniq.numel(), device=ref.device)
+            inv = lut[tokens]
+        else:
+            uniq, inv = torch.unique(tokens, return_inverse=True)
         E = torch.as_tensor(embedding_rows_float(self.exact_model.embed, uniq.cpu().numpy()), dtype=ref.dtype,
                             device=ref.device)
         ctx = {"E": E, "inv": inv, "vectors": vectors, "T": T, "B": B}
@@ -415,12 +432,12 @@ class ExactformerTorch(nn.Module):
             if li == 0:
                 mid = self._embedded(ctx, at, L.live_in)  # the first block's live_in is its mid
             else:
-                mid = (x if qpos.size == T else x[:, at])[..., L.mid_at]
+                mid = (x if qpos.size == T else x[:, at]).index_select(-1, L.mid_at)
             # HookedTransformer's order of operations: attn_out = z W_O + b_O; resid_mid = resid_pre + attn_out
-            mid[..., L.o_at] = mid[..., L.o_at] + (torch.einsum("bhte,hed->btd", z, L.W_O) + L.b_O)
-            mlp_out = torch.relu(mid[..., L.mlp_at] @ L.W_in + L.b_in) @ L.W_out + L.b_out
-            x = mid[..., L.out_from_mid]
-            x[..., L.out_at] = x[..., L.out_at] + mlp_out
+            attn_out = torch.einsum("bhte,hed->btd", z, L.W_O) + L.b_O
+            mid = mid.index_add(-1, L.o_at, attn_out.expand(mid.shape[0], -1, -1))  # resid_pre + attn_out, one add
+            mlp_out = torch.relu(mid.index_select(-1, L.mlp_at) @ L.W_in + L.b_in) @ L.W_out + L.b_out
+            x = mid.index_select(-1, L.out_from_mid).index_add(-1, L.out_at, mlp_out.expand(mid.shape[0], -1, -1))
         return x @ W_U + self.unembed.b_U
 
     def decode(self, logits) -> list[Any]:

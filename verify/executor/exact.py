@@ -91,14 +91,15 @@ def decode_logits(model: CompiledModel, logits: np.ndarray) -> tuple[list[list[A
     B, A, V = logits.shape
     if V == 1:
         return [[model.answers[0]] * A for _ in range(B)], np.full((B, A), np.inf)
-    order = np.argsort(-logits, axis=-1, kind="stable")
-    best = np.take_along_axis(logits, order[..., :1], axis=-1)[..., 0]
-    second = np.take_along_axis(logits, order[..., 1:2], axis=-1)[..., 0]
+    top = np.argmax(logits, axis=-1)  # the first largest, as a stable sort's first
+    best = np.take_along_axis(logits, top[..., None], axis=-1)[..., 0]
+    low = logits.min()  # the largest of the others: the best replaced by a value no logit is below
+    second = np.where(np.arange(V) == top[..., None], low, logits).max(axis=-1)
     margin = best - second
     names = np.empty(V + 1, dtype=object)  # answer i's value at i, None at V (element by element: answers may be tuples)
     for i in range(V):
         names[i] = model.answers[i]
-    answers = names[np.where(margin > 0, order[..., 0], V)].tolist()  # index V: None on a tie
+    answers = names[np.where(margin > 0, top, V)].tolist()  # index V: None on a tie
     return answers, margin
 
 

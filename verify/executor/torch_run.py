@@ -111,13 +111,14 @@ def run_torch_transformer(model: CompiledModel, tokens: np.ndarray, dtype: str =
     T = tokens.shape[1]
     batch_size = _batch_size(module, T)
     pos = model.answer_positions_for(T)
-    at = torch.as_tensor(np.searchsorted(module.output_positions(T), pos))
+    out_pos = module.output_positions(T)
+    at = None if np.array_equal(out_pos, pos) else torch.as_tensor(np.searchsorted(out_pos, pos))
     parts = []
     with torch.no_grad():
         for s in range(0, len(tokens), batch_size):
             vec = None if vectors is None else torch.as_tensor(vectors[s : s + batch_size], dtype=torch.float64)
             out = module(torch.as_tensor(tokens[s : s + batch_size]), vec)
-            parts.append(out[:, at.to(out.device)].double().cpu().numpy())
+            parts.append((out if at is None else out[:, at.to(out.device)]).cpu().numpy().astype(np.float64))
             if progress is not None:
                 progress(len(out))
     logits = np.concatenate(parts) if parts else np.zeros((0, pos.size, len(model.answers)))
