@@ -152,6 +152,21 @@ def test_bad_arguments_name_the_parameter():
     for bad in (0, -2, 1.5, True):
         with pytest.raises(ExportError, match="query_chunk must be an integer >= 1"):
             _net(il, torch.float32, query_chunk=bad)
+    for bad in ([], [3, 2], [0, il.n_ctx], [1.5]):
+        with pytest.raises(ExportError, match="positions: increasing integers"):
+            _net(il, torch.float32, positions=bad)
+
+
+def test_positions_given():
+    """positions=[...]: the last layer at those positions only (k-hop's last answer of 17 GB of logits at 2^16)."""
+    khop = _model("k-hop")
+    tokens, _ = _inputs(khop, 4)
+    T = tokens.shape[1]
+    full = _run(_net(khop, torch.float64, positions="all"), tokens, None)
+    for pos in ([T - 1], [1, 4, T - 1]):
+        net = _net(khop, torch.float64, positions=pos)
+        assert list(net.output_positions(T)) == pos
+        assert torch.allclose(_run(net, tokens, None), full[:, pos], rtol=0, atol=1e-12)
 
 
 def test_weights_edited_in_place_are_what_runs():

@@ -33,9 +33,11 @@ def to_torch_transformer(model: CompiledModel, dtype: Any = None, device: Any = 
     ``net.output_positions(T)`` with HookedTransformer semantics (no normalisation, no attention
     scaling, ReLU MLP, bidirectional unless the layer is causal). ``positions``: "answers" (the last
     layer is computed at the model's answer positions only, A of them) or "all" (every position,
-    A = T, as HookedTransformer returns); None: "answers" where the model answers at few positions
+    A = T, as HookedTransformer returns) or increasing positions to compute (k-hop at N = 2^16 answers
+    at every position over 2^16 + 1 answers: its logits alone are 17 GB in float32; ``[T - 1]``
+    computes the last); None: "answers" where the model answers at few positions
     (:func:`default_positions`). ``query_chunk``: query rows per attention block (None: sized so a
-    block's scores stay near :data:`ATTENTION_BYTES`); memory is O(T d_model) plus one block.
+    block holds about :data:`SCORE_BLOCK` scores); memory is O(T d_model) plus one block.
     Weights are buffers named like TransformerLens' state dict (``blocks.0.attn.W_Q``, ...);
     embedding rows are generated for the distinct token ids and the positions of each batch, so
     no ``n x d_model`` table is built. Move it with ``.to("cuda")`` (or ``device="cuda"``). Warns
@@ -46,9 +48,10 @@ def to_torch_transformer(model: CompiledModel, dtype: Any = None, device: Any = 
     return ExactformerTorch(model, dtype, device, positions, query_chunk)
 
 
-#: the float forward pass's memory: the scores of one query block ([B, H, rows, keys] entries times
-#: the dtype's bytes, three such tensors alive at once) stay near this
-ATTENTION_BYTES = 1 << 28
+#: scores per block of query rows ([B, H, rows, keys] entries): small enough for the block's mask,
+#: softmax and weighted sum to run in cache (at T = 4097, 256 rows of k-hop ran 2.7x faster than one
+#: block of every row), large enough to keep the blocks' overhead small
+SCORE_BLOCK = 1 << 20
 #: projections and attention rows that depend on the position alone are kept between calls up to
 #: this many bytes (they are the same for every input; beyond it they are computed again per call)
 POSITION_CACHE_BYTES = 1 << 28
@@ -136,8 +139,16 @@ class ExactformerTorch(nn.Module):
                  query_chunk: int | None = None):
         super().__init__()
         check_shapes(model)
-        if positions is not None and positions not in POSITIONS:
-            raise ExportError(f"positions must be one of {' | '.join(POSITIONS)}, got {positions!r}")
+        if isinstance(positions, str) or positions is None:
+            if positions is not None and positions not in POSITIONS:
+                raise ExportError(f"positions must be one of {' | '.join(POSITIONS)} or positions to compute, "
+                                  f"got {positions!r}")
+        else:
+            pos = np.asarray(positions)
+            if pos.ndim != 1 or not pos.size or not np.issubdtype(pos.dtype, np.integer) or np.any(np.diff(pos) <= 0) \
+                    or pos[0] < 0 or pos[-1] >= model.n_ctx:
+                raise ExportError(f"positions: increasing integers in [0, n_ctx={model.n_ctx}), got {positions!r}")
+            positions = pos.astype(np.int64)
         if query_chunk is not None and (isinstance(query_chunk, bool) or not isinstance(query_chunk, int)
                                         or query_chunk < 1):
             raise ExportError(f"query_chunk must be an integer >= 1 (query rows per attention block), got {query_chunk!r}")
@@ -146,7 +157,7 @@ class ExactformerTorch(nn.Module):
         self.output_vocab = model.output_vocab
         self.n_ctx, self.d_vocab = model.n_ctx, model.d_vocab
         self.causal = [bool(b.attn.causal) for b in model.blocks]
-        self.positions = positions or default_positions(model)
+        self.positions = default_positions(model) if positions is None else positions
         self.query_chunk = query_chunk
         f = lambda t: torch.as_tensor(to_float64(t.num, t.den)[0], dtype=dtype, device=device)  # noqa: E731
         blocks = []
@@ -247,7 +258,12 @@ class ExactformerTorch(nn.Module):
 
     def output_positions(self, T: int) -> np.ndarray:
         """The positions whose logits :meth:`forward` returns for inputs of length ``T``: the
-        model's answer positions under ``positions="answers"``, else every position."""
+        model's answer positions under ``positions="answers"``, every position under "all", else
+        the positions given."""
+        if isinstance(self.positions, np.ndarray):
+            if self.positions[-1] >= T:
+                raise ValueError(f"positions reach {int(self.positions[-1])}, beyond an input of length {T}")
+            return self.positions
         return self.exact_model.answer_positions_for(T) if self.positions == "answers" else np.arange(T)
 
     def memory(self, T: int, B: int = 1) -> int:
@@ -265,7 +281,7 @@ class ExactformerTorch(nn.Module):
             R = R_last if li == len(layers) - 1 else T
             H, dqk, dv = L.q.W.shape[0], L.q.W.shape[2], L.v.W.shape[2]
             proj = H * (2 * T * (dqk + dv) + 2 * R * dqk) * B + B * chunk * max(len(L.q.rows), len(L.k.rows), len(L.v.rows), 1)
-            rows = self.query_chunk or max(1, ATTENTION_BYTES // (3 * B * H * T * s))
+            rows = self.query_chunk or max(1, SCORE_BLOCK // (B * H * T))
             attn = 3 * B * H * min(rows, R) * T + 2 * B * H * R * dv
             mlp = B * R * (len(L.mlp_at) + 2 * L.W_in.shape[1] + 2 * len(L.out_at) + 2 * len(L.o_at))
             resid = B * (T * len(L.live_in) * (2 if li else 1) + 2 * R * len(L.mid_at))
@@ -346,7 +362,7 @@ class ExactformerTorch(nn.Module):
         block reads the keys up to its last query only (the rest are masked: weight exactly 0)."""
         T, B = ctx["T"], ctx["B"]
         H, R = q.shape[1], q.shape[2]
-        rows = self.query_chunk or max(1, ATTENTION_BYTES // (3 * max(q.shape[0], k.shape[0]) * H * T * q.element_size()))
+        rows = self.query_chunk or max(1, SCORE_BLOCK // (max(q.shape[0], k.shape[0]) * H * T))
         shared = L.q.source == L.k.source == "position"  # rows that are the same for every input
         key = ("rows", li, T, qpos.tobytes(), rows)
         cached = self._cache.get(key) if shared else None
@@ -358,15 +374,16 @@ class ExactformerTorch(nn.Module):
                 pattern = cached[len(blocks)]
             else:
                 s = self._product(q[:, :, r0 : r0 + rows], k[:, :, :end].transpose(-1, -2))  # no 1/sqrt(d_head)
-                if L.causal:
-                    mask = torch.arange(end, device=s.device)[None, :] > torch.as_tensor(qp, device=s.device)[:, None]
-                    s = s.masked_fill(mask, float("-inf"))
+                if L.causal:  # keys after a query get -inf; every key up to the block's first query is seen by all
+                    lo = int(qp[0])
+                    mask = torch.arange(lo, end, device=s.device)[None, :] > torch.as_tensor(qp, device=s.device)[:, None]
+                    s[..., lo:end].masked_fill_(mask, float("-inf"))
                 pattern = torch.softmax(s, dim=-1)
-                if shared:
+                if shared and kept is not None:
                     size += pattern.numel() * pattern.element_size()
-                    kept.append(pattern)
+                    kept = kept + [pattern] if size <= POSITION_CACHE_BYTES else None  # beyond: not kept
             blocks.append(self._product(pattern, v[:, :, :end]))
-        if shared and cached is None:
+        if shared and cached is None and kept is not None:
             self._keep(key, kept, size)
         return blocks[0] if len(blocks) == 1 else torch.cat(blocks, dim=2)
 
