@@ -3,7 +3,7 @@ and torch float32 sampling against the exact executor.
 
   python benchmarks/bench_torch_scale.py --case module   [--n 65536] [--device cuda]
   python benchmarks/bench_torch_scale.py --case plain    [--n 1048576]
-  python benchmarks/bench_torch_scale.py --case sampling [--n 4096]
+  python benchmarks/bench_torch_scale.py --case sampling [--n 4096] [--device cuda]
   python benchmarks/bench_torch_scale.py --case lens     [--n 4096 8192]
 
 * ``module``: ``to_torch(m, float32)`` on one input of Index Lookup (|Σ| = 64) and k-hop (k = 16,
@@ -41,16 +41,20 @@ from bench_index_lookup import _machine  # benchmarks/ is on sys.path when run a
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def matmul_gflops() -> float:
-    """float32 torch.mm throughput (GFLOP/s) of this process: the median of 5 products of 2048^2."""
+def matmul_gflops(device: str = "cpu") -> float:
+    """float32 torch.mm throughput (GFLOP/s) on ``device``: the median of 5 products of 2048^2."""
     import torch
 
-    a, b = torch.randn(2048, 2048), torch.randn(2048, 2048)
+    a, b = torch.randn(2048, 2048, device=device), torch.randn(2048, 2048, device=device)
     a @ b
     times = []
     for _ in range(5):
+        if device == "cuda":
+            torch.cuda.synchronize()
         t = time.perf_counter()
         a @ b
+        if device == "cuda":
+            torch.cuda.synchronize()
         times.append(time.perf_counter() - t)
     return 2 * 2048**3 / statistics.median(times) / 1e9
 
@@ -71,7 +75,7 @@ def one_module(name: str, n: int, device: str) -> dict:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         net = built.to_torch(torch.float32, device=device, **last)
-    gflops = matmul_gflops()
+    gflops = matmul_gflops(device)
     t = time.perf_counter()
     with torch.no_grad():
         out = net(tokens)
@@ -109,7 +113,7 @@ def one_plain(n: int, out: Path) -> dict:
             "files_bytes": sum(f.stat().st_size for f in model_dir.iterdir())}
 
 
-def one_sampling(n: int, samples: dict) -> list[dict]:
+def one_sampling(n: int, samples: dict, device: str = "cpu") -> list[dict]:
     import numpy as np
     import torch
 
@@ -124,18 +128,18 @@ def one_sampling(n: int, samples: dict) -> list[dict]:
     for name, kw in (("index-lookup", {}), ("equality", {}), ("k-hop", {"k": 16})):
         m = xf.build(name, n=n, **kw)
         S = samples[name]
-        xf.verify(m, mode="sample", samples=2)  # plans and modules built before the clock
-        xf.verify(m, mode="sample", samples=2, arithmetic="float32")
-        row = {"case": name, "n": n, "inputs": 2 * S}
+        xf.verify(m, mode="sample", samples=2, device=device)  # plans and modules built before the clock
+        xf.verify(m, mode="sample", samples=2, arithmetic="float32", device=device)
+        row = {"case": name, "n": n, "inputs": 2 * S, "device": device}
         for label, arith in (("exact", "fixed"), ("torch_float32", "float32")):
             t = time.perf_counter()
-            r = xf.verify(m, mode="sample", samples=S, arithmetic=arith)
+            r = xf.verify(m, mode="sample", samples=S, arithmetic=arith, device=device)
             row[f"{label}_per_s"] = round(2 * S / (time.perf_counter() - t), 2)
             row[f"{label}_passed"] = r.passed
         c, fmt = m.compiled, parse_format(m.compiled.precision)
         tokens = np.concatenate([b.tokens for b in m.task.sample(c, min(S, 32), 0)])
-        for label, fn in (("exact_one_at_a_time_per_s", lambda t: run(c, t, fmt)),
-                          ("torch_float32_one_at_a_time_per_s", lambda t: run_torch(c, t, "float32"))):
+        for label, fn in (("exact_one_at_a_time_per_s", lambda t: run(c, t, fmt, device=device)),
+                          ("torch_float32_one_at_a_time_per_s", lambda t: run_torch(c, t, "float32", device))):
             t0 = time.perf_counter()
             for i in range(len(tokens)):
                 fn(tokens[i : i + 1])
@@ -190,7 +194,7 @@ def main() -> None:
         elif a.case == "plain":
             print(json.dumps(one_plain(n, a.dir)))
         elif a.case == "sampling":
-            print(json.dumps(one_sampling(n, dict(zip(("index-lookup", "equality", "k-hop"), a.samples)))))
+            print(json.dumps(one_sampling(n, dict(zip(("index-lookup", "equality", "k-hop"), a.samples)), a.device)))
         else:
             print(json.dumps(one_lens(n)))
         return
@@ -205,7 +209,7 @@ def main() -> None:
                 elif a.case == "plain":
                     runs.append(fresh(["--case", "plain", "--n", str(n), "--dir", str(a.dir or tmp)]))
                 elif a.case == "sampling":
-                    runs += fresh(["--case", "sampling", "--n", str(n), "--samples", *map(str, a.samples)])
+                    runs += fresh(["--case", "sampling", "--n", str(n), "--samples", *map(str, a.samples), "--device", a.device])
                 else:
                     runs.append(fresh(["--case", "lens", "--n", str(n)]))
     groups: dict = {}
