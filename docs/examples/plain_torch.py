@@ -131,7 +131,7 @@ def project(x: torch.Tensor, W: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     if W.shape[2] and int(nz.sum(dim=1).max()) <= 1:
         src = nz.to(torch.int8).argmax(dim=1)  # [H, e]: the row of each column's nonzero (0 for an empty one)
         weight = torch.gather(W, 1, src[:, None, :])[:, 0]  # [H, e]
-        return torch.stack([cols(x, s) * wh for s, wh in zip(src, weight)]) + b[:, None, :]
+        return torch.stack([cols(x, s).mul_(wh).add_(bh) for s, wh, bh in zip(src, weight, b)])  # x w, then + b
     return torch.einsum("td,hde->hte", x, W) + b[:, None, :]
 
 
@@ -158,7 +158,7 @@ def forward(man: dict[str, Any], sd: dict, E: Rows, P: Rows, tokens: np.ndarray,
     E_u = E(uniq, np.arange(d))  # the rows of the distinct tokens, read once
 
     def embed(pos: np.ndarray, idx: np.ndarray) -> torch.Tensor:  # hook_embed + hook_pos_embed on columns idx
-        return cols(E_u, idx).index_select(0, torch.as_tensor(inv[pos])) + P(pos, idx)
+        return cols(E_u, idx).index_select(0, torch.as_tensor(inv[pos])).add_(P(pos, idx))
 
     x = None  # the residual stream at every position (before the last layer)
     for l in range(L):
