@@ -118,7 +118,8 @@ def run_torch_transformer(model: CompiledModel, tokens: np.ndarray, dtype: str =
         for s in range(0, len(tokens), batch_size):
             vec = None if vectors is None else torch.as_tensor(vectors[s : s + batch_size], dtype=torch.float64)
             out = module(torch.as_tensor(tokens[s : s + batch_size]), vec)
-            parts.append((out if at is None else out[:, at.to(out.device)]).cpu().numpy().astype(np.float64))
+            out = (out if at is None else out[:, at.to(out.device)]).cpu()
+            parts.append((out if out.dtype in (torch.float32, torch.float64) else out.double()).numpy().astype(np.float64))
             if progress is not None:
                 progress(len(out))
     logits = np.concatenate(parts) if parts else np.zeros((0, pos.size, len(model.answers)))
