@@ -150,3 +150,24 @@ def test_generated_dyck_strings_are_what_they_say(monkeypatch, n: int):
         assert "key" in b.example(0)["strings"]
     again = [np.asarray(b.tokens) for b in task.sample(model, 48, 0)]
     assert all(np.array_equal(x, np.asarray(b.tokens)) for x, b in zip(again, task.sample(model, 48, 0)))
+
+
+# ---- the two reported runs (issue: "Reports, not crashes") --------------------------------------------
+
+
+def test_index_lookup_at_two_to_the_thirty_from_the_command_line():
+    """`verify index-lookup --n 1073741824 --mode sample` was killed by the OS at 18.8 GB."""
+    r = CliRunner().invoke(app, ["verify", "index-lookup", "--n", "1073741824", "--mode", "sample", "--samples", "20"])
+    assert r.exit_code == 0, r.stderr
+    assert "estimate: 40 inputs of 1073741825 tokens, about " in r.stderr and "PASS" in r.stdout
+
+
+@pytest.mark.slow
+def test_dyck_at_two_to_the_thirty_from_the_command_line():
+    """`verify dyck-rnn --n 1073741824 --mode sample --samples 1` ran over 10 minutes with no output
+    (now about 3.5 minutes on 2 cores, the time estimated within seconds)."""
+    r = CliRunner().invoke(app, ["verify", "dyck-rnn", "--n", "1073741824", "--mode", "sample", "--samples", "1"])
+    assert r.exit_code == 0, r.stderr
+    lines = [line for line in r.stderr.splitlines() if line.startswith("estimate: ")]
+    assert lines[0].startswith("estimate: 2 inputs of 1073741824 tokens, about ") and "for 2 inputs" in lines[1]
+    assert "PASS" in r.stdout
