@@ -21,3 +21,7 @@ echo "== k-hop, n = 2^12, k = 16, sampled verification on the GPU (the goal: >= 
 timeout 180 python3 benchmarks/bench_sample.py --case k-hop --device cuda --samples 256 --repeats 1 2>&1 | tail -12 | tee "$OUT/khop_sample_cuda.json"
 echo "== fixed-point softmax on the GPU"
 timeout 90 python3 benchmarks/bench_precision_softmax.py --device cuda --repeat 2 2>&1 | tail -30 | tee "$OUT/softmax_cuda.txt"
+echo "== to_torch on the GPU: Index Lookup and k-hop (k = 16) at N = 2^16, one input (the goal on 2 CPU cores: <= 2 GB, <= 2x the dense FLOP time)"
+timeout 300 python3 benchmarks/bench_torch_scale.py --case module --device cuda --repeats 1 2>&1 | tail -45 | tee "$OUT/torch_module_cuda.json"
+echo "== sampled verification on the GPU, N = 4096: the exact executor's torch backend and the float32 torch module, same inputs"
+timeout 240 python3 benchmarks/bench_torch_scale.py --case sampling --device cuda --repeats 1 --samples 2000 200 8 2>&1 | tail -60 | tee "$OUT/sampling_cuda.json"

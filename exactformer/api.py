@@ -116,10 +116,11 @@ class Model:
     def save(self, out_dir: str | Path, **kwargs: Any) -> Path:
         return save(self, out_dir, **kwargs)
 
-    def to_torch(self, dtype: Any = None, device: Any = None):
+    def to_torch(self, dtype: Any = None, device: Any = None, **kwargs: Any):
+        """``to_torch(m, dtype, device, positions=None, query_chunk=None)`` (docs/exports.md, "Plain torch")."""
         from exactformer.constructions.export.torch_module import to_torch  # torch is imported here, when used
 
-        return to_torch(self.compiled, dtype=dtype, device=device)
+        return to_torch(self.compiled, dtype=dtype, device=device, **kwargs)
 
     def to_transformer_lens(self, dtype: Any = None, device: Any = None):
         from exactformer.constructions.export.lens import to_transformer_lens

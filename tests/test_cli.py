@@ -350,8 +350,9 @@ def test_the_command_line_starts_without_torch():
 def test_progress_without_a_terminal_is_one_line_per_step():
     r = invoke("verify", "index-lookup", "--n", "16", "--alphabet", "4", "--mode", "sample", "--samples", "500")
     lines = r.stderr.strip().splitlines()
-    assert r.exit_code == 0 and "\r" not in r.stderr and len(lines) == 2
-    assert lines[0].startswith("build index-lookup n=16: ") and lines[1].startswith("sample index-lookup n=16: ")
+    assert r.exit_code == 0 and "\r" not in r.stderr and len(lines) == 3
+    assert lines[0].startswith("build index-lookup n=16: ") and lines[2].startswith("sample index-lookup n=16: ")
+    assert lines[1].startswith("estimate: 1000 inputs of 17 tokens, about ")  # before the run: its memory
     r = invoke("verify", "index-lookup", "--n", "16", "--alphabet", "4", "--json")
     assert r.stderr == ""  # nothing beside the JSON
     r = invoke("verify", "index-lookup", "--n", "16", "--alphabet", "4")

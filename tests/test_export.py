@@ -237,7 +237,11 @@ def test_to_torch_matches_executor(model):
     tokens, truth = _inputs(model, B=128, seed=2)
     tm = to_torch(model)
     logits = tm(torch.as_tensor(tokens))
-    assert logits.shape == (128, model.n + 1, len(model.answers)) and logits.dtype == torch.float64
+    # one answer at the last position: the last layer runs there only (positions="answers")
+    assert tm.positions == "answers" and list(tm.output_positions(model.n + 1)) == [model.n]
+    assert logits.shape == (128, 1, len(model.answers)) and logits.dtype == torch.float64
+    every = to_torch(model, positions="all")(torch.as_tensor(tokens))
+    assert every.shape == (128, model.n + 1, len(model.answers)) and torch.allclose(every[:, -1:], logits, rtol=0, atol=1e-12)
     last = logits[:, -1, :].detach().numpy()
     rf = run(model, tokens, Float64)
     assert np.allclose(last, rf.logits[:, -1], rtol=0, atol=1e-9)

@@ -102,7 +102,7 @@ def test_compact_to_transformer_lens(model, tmp_path: Path):
     tokens = torch.as_tensor(_tokens(model, 16, 1))
     with torch.no_grad():
         logits = to_transformer_lens(m2)(tokens)
-    ref = to_torch(model)(tokens)
+    ref = to_torch(model, positions="all")(tokens)  # every position, as TransformerLens returns
     scale = max(1.0, float(ref.abs().max()))
     assert torch.allclose(logits.double(), ref, rtol=0, atol=1e-5 * scale)
 

@@ -32,6 +32,7 @@ from exactformer.constructions.core.task import EXHAUSTIVE_LIMIT, Batch, Task, c
 from exactformer.precision import NO_CUDA, Format, cuda_available, float_format, parse_format
 from exactformer.verify.certify.composed import SEARCH_SECONDS, certify
 from exactformer.verify.errors import VerifyError
+from exactformer.verify.estimate import Meter, estimate_run, refusal
 from exactformer.verify.executor.exact import run
 
 DEFAULT_SAMPLES = 1000  # sample mode's random inputs (plus as many adversarial ones) when none are given
@@ -114,15 +115,16 @@ def arithmetic_bits(arithmetic: str) -> int:
     return float_format(arithmetic).bits if arithmetic in FLOAT_DTYPES else 64
 
 
-def _runner(fmt: Format, arithmetic: str, device: str) -> Callable[[CompiledModel, np.ndarray], Any]:
+def _runner(fmt: Format, arithmetic: str, device: str) -> Callable[..., Any]:
     """How inputs are run: the exact executor under ``fmt`` ("fixed"), or the exported torch module
-    in a float dtype on the CPU (the real arithmetic's closest runnable arithmetic is float64)."""
+    in a float dtype on ``device`` (the real arithmetic's closest runnable arithmetic is float64);
+    ``runner(model, tokens, progress)``."""
     if arithmetic == "fixed":
-        return lambda model, tokens: run(model, tokens, fmt, device=device)
+        return lambda model, tokens, progress=None: run(model, tokens, fmt, device=device, progress=progress)
     from exactformer.verify.executor.torch_run import run_torch  # torch is imported here, when a float run is asked for
 
     dtype = arithmetic if arithmetic in FLOAT_DTYPES else "float64"
-    return lambda model, tokens: run_torch(model, tokens, dtype)
+    return lambda model, tokens, progress=None: run_torch(model, tokens, dtype, device, progress)
 
 
 def check_batches(model: CompiledModel, fmt: Format, batches: Iterable[Batch], device: str = "cpu",
@@ -134,7 +136,13 @@ def check_batches(model: CompiledModel, fmt: Format, batches: Iterable[Batch], d
     runner = _runner(fmt, arithmetic, device)
     exact = arithmetic == "fixed" and fmt.is_exact
     for b in batches:
-        res = runner(model, b.tokens)
+        ticked = [0.0]  # inputs of this batch the runner reported (fractions where an input is long)
+
+        def tick(k: float) -> None:
+            ticked[0] += k
+            progress(k)
+
+        res = runner(model, b.tokens, None if progress is None else tick)
         for key, val in res.counts.items():
             counts[key] = counts.get(key, 0) + int(val)
         truth = np.asarray(b.truth).reshape(len(b), -1)  # [B, A]
@@ -147,8 +155,8 @@ def check_batches(model: CompiledModel, fmt: Format, batches: Iterable[Batch], d
         m = Fraction(int(signed.min())) * fmt.step if exact else Fraction(float(signed.min()))
         min_margin = m if min_margin is None else min(min_margin, m)
         covered += len(truth)
-        if progress is not None:
-            progress(len(truth))
+        if progress is not None and len(truth) > ticked[0]:
+            progress(len(truth) - ticked[0])
         wrong = np.flatnonzero(~ok.all(axis=1))
         if wrong.size:
             i = int(wrong[0])
@@ -417,9 +425,10 @@ def _smt_skip(model: Any, task: Task, arithmetic: str, fmt: Format | None) -> tu
 
 
 def verify(model: Any, mode: str | None = None, fmt: Format | str | None = None, samples: int | None = None,
-           seed: int | None = None, device: str = "cpu", progress: Callable[[int], None] | None = None,
+           seed: int | None = None, device: str = "cpu", progress: Callable[[float], None] | None = None,
            phase: Callable[[str], None] | None = None, arithmetic: str = "fixed", workers: int | None = None,
-           scheduler: str | None = None, search_seconds: float | None = None, smt_timeout: float | None = None) -> Report:
+           scheduler: str | None = None, search_seconds: float | None = None, smt_timeout: float | None = None,
+           notice: Callable[[str], None] | None = None) -> Report:
     """Verify ``model`` under ``fmt`` (default: the precision it was built for).
 
     ``mode``: "certify" (a proof for all inputs, or a counterexample), "exhaustive" (every input;
@@ -442,9 +451,14 @@ def verify(model: Any, mode: str | None = None, fmt: Format | str | None = None,
     ``seed`` and the shard, the same for any number of workers).
     ``search_seconds``: the time budget of certify's counterexample search when a proof step fails
     (default :data:`~exactformer.verify.certify.composed.SEARCH_SECONDS`; the report says what it ran).
-    ``progress(n)`` is called with the inputs done per batch, ``phase(name)`` with each
-    certificate step (``xf.verify`` and ``m.verify`` show a bar by default:
-    :func:`shown_progress`). Every bad argument raises :class:`VerifyError` naming it."""
+    ``progress(n)`` is called with the inputs done (per batch, or fractions of an input where
+    inputs are long), ``phase(name)`` with each certificate step (``xf.verify`` and ``m.verify``
+    show a bar by default: :func:`shown_progress`). An exhaustive or sampled run in this process
+    estimates its memory first (:mod:`exactformer.verify.estimate`) and is refused
+    (:class:`VerifyError` naming ``samples`` or ``n`` and the estimate) where it would not fit the
+    memory available; ``notice(line)`` is given the estimate, and the time the run takes once
+    measured on its first inputs; the report's ``details["estimate"]`` holds both. Every bad
+    argument raises :class:`VerifyError` naming it."""
     model = check_model(model)
     check_mode(mode)
     check_arithmetic(arithmetic)
@@ -516,6 +530,26 @@ def verify(model: Any, mode: str | None = None, fmt: Format | str | None = None,
         return Report(**base, passed=cex is None, inputs_covered=covered, seconds=time.perf_counter() - t0,
                       min_margin=None if min_margin is None else str(min_margin), counts=counts,
                       counterexample=cex, reason=reason)
+    try:
+        est = estimate_run(model, task, mode, int(count) if mode == "exhaustive" else 2 * samples, fmt, arithmetic,
+                           device)
+    except ValueError as e:  # a runner that refuses the length (the dense torch.nn.RNN's budget)
+        raise VerifyError("n", f"{mode}: {e}") from None
+    why = refusal(est, model.n)
+    if why:
+        raise VerifyError(*why)
+    if notice is not None:
+        notice(est.text())
+    try:
+        est = estimate_run(model, task, mode, int(count) if mode == "exhaustive" else 2 * samples, fmt, arithmetic,
+                           device)
+    except ValueError as e:  # a runner that refuses the length (the dense torch.nn.RNN's budget)
+        raise VerifyError("n", f"{mode}: {e}") from None
+    why = refusal(est, model.n)
+    if why:
+        raise VerifyError(*why)
+    if notice is not None:
+        notice(est.text())
     if mode == "exhaustive":
         batches: Iterable[Batch] = task.exhaustive(model)
     else:
@@ -525,7 +559,8 @@ def verify(model: Any, mode: str | None = None, fmt: Format | str | None = None,
 
         batches = both()
     try:
-        covered, cex, min_margin, counts = check_batches(model, fmt, batches, device, progress, arithmetic)
+        covered, cex, min_margin, counts = check_batches(model, fmt, batches, device, Meter(est, progress, notice),
+                                                         arithmetic)
     except VerifyError:
         raise
     except (IRError, ValueError, IndexError, KeyError, TypeError) as e:  # a model that cannot run: a report
@@ -536,7 +571,7 @@ def verify(model: Any, mode: str | None = None, fmt: Format | str | None = None,
         f"{covered} inputs correct ({samples} sampled with seed {seed}, the rest adversarial with seed {seed + 1})")
     return Report(**base, passed=cex is None, inputs_covered=covered, seconds=time.perf_counter() - t0,
                   min_margin=None if min_margin is None else str(min_margin), counts=counts,
-                  counterexample=cex, reason=reason)
+                  counterexample=cex, reason=reason, details={"estimate": est.to_dict()})
 
 
 def _malformed(model: ModelIR, task: Task) -> Report | None:

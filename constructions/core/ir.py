@@ -36,6 +36,7 @@ from typing import Any, Callable, Iterable, Sequence
 import numpy as np
 
 from exactformer.precision import Format
+from exactformer.constructions.core.streams import GeneratedTokens
 
 
 class IRError(ValueError):
@@ -433,7 +434,7 @@ def split_inputs(model: "CompiledModel", tokens: Any) -> tuple[np.ndarray, Exact
     if not isinstance(tokens, Inputs):
         if vi is not None:
             raise IRError(f"{model.construction} reads input vectors: pass Inputs(tokens, vectors), not token ids only")
-        return np.asarray(tokens), None
+        return (tokens if isinstance(tokens, GeneratedTokens) else np.asarray(tokens)), None
     if vi is None:
         raise IRError(f"{model.construction} reads no input vectors, but vectors were given")
     t = np.asarray(tokens.tokens)

@@ -17,6 +17,7 @@ from typing import Any, Iterator
 
 import numpy as np
 
+from exactformer.constructions.core.streams import GeneratedTokens
 
 
 #: the verification modes, strongest first: a proof for every input, every input run, seeded samples
@@ -232,7 +233,10 @@ class Batch:
         return len(self.tokens)
 
     def example(self, i: int) -> Any:
-        """Input i as the task's natural form (what ``Task.encode`` accepts)."""
+        """Input i as the task's natural form (what ``Task.encode`` accepts); an input generated on
+        demand (:class:`~exactformer.constructions.core.streams.GeneratedTokens`) as how it is generated."""
+        if isinstance(self.tokens, GeneratedTokens):
+            return self.tokens.describe(i)
         vals = tuple(a[i].tolist() if np.ndim(a) > 1 else a[i].item() for a in self.arrays)
         return vals[0] if len(vals) == 1 else vals
 
@@ -376,6 +380,17 @@ class Task(ABC):
     @abstractmethod
     def adversarial(self, model: Any, count: int, seed: int) -> Iterator[Batch]:
         """Named hard inputs (deterministic given the seed), at most ``count``; ``Batch.kind`` names them."""
+
+    def input_bytes(self, model: Any) -> int:
+        """Bytes one input of a batch from :meth:`sample`, :meth:`adversarial` or :meth:`exhaustive`
+        holds (token ids, the natural arrays and the truth): what a run's memory estimate counts
+        (``verify/estimate.py``). Default: int64 ids and arrays, 16 bytes a token."""
+        return 16 * self.length(model) + 64
+
+    def batch_inputs(self, model: Any, batch: int = 1024) -> int:
+        """Inputs per batch of :meth:`sample` and :meth:`adversarial` (at most; what a run's memory
+        estimate counts). Default: ``batch``."""
+        return batch
 
     def candidates(self, model: Any, hint: dict, count: int) -> Iterator[Batch]:
         """Inputs to try when a proof step fails: every input where there are at most ``count`` of

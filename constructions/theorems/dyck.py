@@ -28,8 +28,11 @@ from exactformer.constructions.blocks.recurrent import automaton_units, integer_
 from exactformer.constructions.core.ir import Param
 from exactformer.constructions.core.recurrent import RecurrentBuilder, RNNModel
 from exactformer.constructions.core.registry import Claim, SizeRows, construction
+from exactformer.constructions.core.scan import run_machine
 from exactformer.constructions.core.spec import REJECT, Automaton
-from exactformer.constructions.core.task import Batch, Domains, Task, TaskError
+from exactformer.constructions.core.streams import (Deferred, GeneratedTokens, SequentialFill,
+                                                    counter_hash, draw_keys, uniform_symbols)
+from exactformer.constructions.core.task import Batch, Domains, PowerCount, Task, TaskError, power_count
 from exactformer.precision import Format
 
 THEOREM = "Thm 5's separation, the RNN side (App. E: a DFA), Bhattamishra et al. 2024"
@@ -39,6 +42,8 @@ MAX_DEPTH = 8
 MAX_HIDDEN = 4096
 MAX_N = 1 << 30
 ANSWERS = [False, True]
+GENERATED_BATCH = 16  # strings per batch of generated ones
+GENERATED_FROM = 1 << 16  # strings at least this long are generated on demand
 
 
 class DyckError(TaskError):
@@ -92,6 +97,27 @@ def dyck_member(strings: np.ndarray, types: int, depth: int) -> np.ndarray:
         ok &= ~bad
         top = top - (pop & ~bad)
     return ok & (top == 0)
+
+
+def member_machine(types: int, depth: int) -> tuple[np.ndarray, np.ndarray]:
+    """:meth:`DyckTask.members`'s walk as a machine over the stacks (:func:`stack_states`): symbol
+    ``(coin k + bracket)(D + 2) + e`` for a coin flip, a bracket type and e = min(positions left
+    after this one, D + 1); returns (next stack [S, A], emitted token [S, A]). It opens where it
+    can still close within the length and either the coin says so or nothing is open; else it
+    closes the top bracket."""
+    states = stack_states(types, depth)
+    index = {s: i for i, s in enumerate(states)}
+    A = 2 * types * (depth + 2)
+    nxt, emit = np.zeros((len(states), A), np.int64), np.zeros((len(states), A), np.int64)
+    for s, q in index.items():
+        for coin, bracket, e in itertools.product(range(2), range(types), range(depth + 2)):
+            a = (coin * types + bracket) * (depth + 2) + e
+            can_open, can_close = len(s) < depth and len(s) + 1 <= e, len(s) > 0
+            if (can_open and (not can_close or coin)) or not can_close:
+                nxt[q, a], emit[q, a] = index[s + (bracket,)], 2 * bracket
+            else:
+                nxt[q, a], emit[q, a] = index[s[:-1]], 2 * s[-1] + 1
+    return nxt, emit
 
 
 def check_types_depth(types: int, depth: int) -> None:
@@ -173,8 +199,8 @@ class DyckTask(Task):
         return (np.asarray(rows, dtype=np.int64).reshape(len(rows), lengths[0] if lengths else 0),)
 
     # ---- inputs ---------------------------------------------------------------------------------
-    def count(self, model: Any) -> int:
-        return (2 * self.params(model)[0]) ** self.length(model)
+    def count(self, model: Any) -> int | PowerCount:
+        return power_count(2 * self.params(model)[0], self.length(model))  # held as its factors beyond 2^16 bits
 
     def exhaustive(self, model: Any, batch: int = 4096) -> Iterator[Batch]:
         """Every string of length N, in counting order."""
@@ -217,11 +243,80 @@ class DyckTask(Task):
 
     def _batches(self, model: Any, count: int, seed: int, kinds: tuple[str, ...], batch: int) -> Iterator[Batch]:
         rng = np.random.default_rng(seed)
+        if self.generated(model):
+            batch = min(batch, GENERATED_BATCH)
         done, i = 0, 0
         while done < count:
             b, kind = min(batch, count - done), kinds[i % len(kinds)]
-            yield self.batch(model, self._draw(model, rng, b, kind), kind=kind)
+            yield (self._generated(model, rng, b, kind) if self.generated(model) else
+                   self.batch(model, self._draw(model, rng, b, kind), kind=kind))
             done, i = done + b, i + 1
+
+    # ---- inputs generated on demand (N >= 2^16) ----------------------------------------------------
+    def generated(self, model: Any) -> bool:
+        """Whether sampled and adversarial strings are generated on demand, never formed: from
+        N >= :data:`GENERATED_FROM` (drawing a member one position at a time costs some 20 us a
+        position: minutes at 2^24)."""
+        return self.length(model) >= GENERATED_FROM
+
+    def input_bytes(self, model: Any) -> int:
+        return 64 if self.generated(model) else 32 * self.length(model)  # int64 and int32 ids, the truth's stack
+
+    def batch_inputs(self, model: Any, batch: int = 256) -> int:
+        return min(batch, GENERATED_BATCH) if self.generated(model) else batch
+
+    def _generated(self, model: Any, rng: np.random.Generator, b: int, kind: str) -> Batch:
+        """``b`` strings of ``kind`` generated chunk by chunk, never formed: uniform symbols, or
+        members drawn as :meth:`members` draws them, their coin flips and bracket types read from
+        :func:`counter_hash` of per-string keys (the stack's walk run by
+        :func:`~exactformer.constructions.core.scan.run_machine`), one symbol changed for
+        "corrupted". The truth is the task's automaton run on the same pass (checked against
+        :func:`dyck_member`, the definition, on every string up to length 12 by the tests)."""
+        k, D = self.params(model)
+        n, V = self.length(model), 2 * k
+        keys = draw_keys(rng, b)
+        spot = rng.integers(0, n, size=b) if kind == "corrupted" else None
+        shift = rng.integers(1, max(2, V), size=b) if kind == "corrupted" else None
+        walk_next, walk_emit = member_machine(k, D)
+        dfa = dyck_automaton(k, D)
+        Q = dfa.states
+        dfa_next = np.vstack([np.where(dfa.delta == REJECT, Q, dfa.delta), np.full((1, V), Q)])  # row Q: the sink
+
+        def advance(rows: np.ndarray, state: tuple, a: int, z: int) -> tuple[np.ndarray, tuple]:
+            walk, q = state
+            pos = np.arange(a, z)
+            if kind == "uniform":
+                ids = uniform_symbols(keys[rows], pos, V)
+            else:
+                coin = (counter_hash(keys[rows], 2 * pos) >> np.uint64(63)).astype(np.int64)
+                bracket = uniform_symbols(keys[rows] ^ np.uint64(0x5851F42D4C957F2D), pos, k)
+                left = np.minimum(n - 1 - pos, D + 1)
+                sym = (coin * k + bracket) * (D + 2) + left[None, :]
+                _, _, after = run_machine(walk_next, None, walk, sym, every=True)
+                ids = walk_emit[np.concatenate([walk[:, None], after[:, :-1]], axis=1), sym]
+                walk = after[:, -1]
+                if spot is not None:
+                    hit = (spot[rows] >= a) & (spot[rows] < z)
+                    r, j = np.flatnonzero(hit), spot[rows][hit] - a
+                    ids[r, j] = (ids[r, j] + shift[rows][hit]) % V
+            q, _, _ = run_machine(dfa_next, None, q, ids)
+            return ids, (walk, q)
+
+        fill = SequentialFill(advance, lambda rows: (np.zeros(len(rows), np.int64), np.full(len(rows), dfa.start)))
+
+        def truth() -> np.ndarray:
+            rows = np.arange(b)
+            pos, (_, q) = fill.reached(rows)
+            if pos != n:
+                _, q = fill.run_to(rows, n)
+            return dfa.accepts(np.where(q == Q, REJECT, q)).astype(np.int64)
+
+        def what(r: int) -> dict:
+            d = {"strings": f"{kind}, key {int(keys[r])}, length {n} (DyckTask._generated)"}
+            return d if spot is None else d | {"changed": {"position": int(spot[r]), "by": int(shift[r])}}
+
+        tokens = GeneratedTokens(fill, b, n, 0, V - 1, what)
+        return Batch((tokens,), tokens, Deferred(truth, b), kind)
 
     def sample(self, model: Any, count: int, seed: int, batch: int = 256) -> Iterator[Batch]:
         """``count`` strings (``np.random.default_rng(seed)``), batches cycling: uniformly random

@@ -41,6 +41,7 @@ from exactformer.constructions.core.spec import Select
 from exactformer.constructions.core.registry import Claim, SizeRows, construction
 from exactformer.constructions.core.runs import Classes, DomainRuns, Lookup
 from exactformer.constructions.core.vocab import RunVocab
+from exactformer.constructions.core.streams import STREAM_TOKENS, GeneratedTokens, draw_keys, uniform_symbols
 from exactformer.constructions.core.task import Batch, Domains, PowerCount, Task, TaskError, power_count, redefines
 from exactformer.precision import FixedPoint, Format, parse_format
 
@@ -48,6 +49,7 @@ THEOREM = "Thm 1 (App. C.2), Bhattamishra et al. 2024"
 MAX_ALPHABET = 1 << 16
 MAX_N = 1 << 30  # built, saved and certified in O(polylog N): position codes are generators, never tables
 P_GROUP = 16  # sampled inputs share p in groups of this size (a group shares its attention row)
+BATCH_TOKENS = 1 << 26  # tokens per batch of formed sampled or adversarial inputs
 
 
 class IndexLookupError(TaskError):
@@ -169,15 +171,38 @@ class IndexLookupTask(Task):
             sy = (ints[:, None] // S ** np.arange(n - 1, -1, -1)[None, :]) % S
             yield self.batch(model, np.repeat(sy, n, axis=0), np.tile(np.arange(1, n + 1), len(ints)))
 
+    def batch_inputs(self, model: CompiledModel, batch: int = 1024) -> int:
+        """Inputs per batch of :meth:`sample` and :meth:`adversarial`: ``batch``, or fewer so that a
+        batch of formed inputs holds at most :data:`BATCH_TOKENS` tokens (a function of N alone, so
+        a seed gives the same inputs on every machine); generated inputs (N + 1 >=
+        :data:`~exactformer.constructions.core.streams.STREAM_TOKENS`) hold O(1) each."""
+        return batch if self.generated(model) else max(1, min(batch, BATCH_TOKENS // (model.n + 1)))
+
+    def generated(self, model: CompiledModel) -> bool:
+        """Whether sampled and adversarial inputs are generated on demand, never formed."""
+        return model.n + 1 >= STREAM_TOKENS
+
+    def input_bytes(self, model: CompiledModel) -> int:
+        return 64 if self.generated(model) else 8 * (model.n + 1)  # int32 tokens and symbols
+
     def sample(self, model: CompiledModel, count: int, seed: int, batch: int = 1024) -> Iterator[Batch]:
         """``count`` inputs from ``np.random.default_rng(seed)``: p uniform in [1, N] for each group
-        of ``P_GROUP`` consecutive inputs, symbols uniform and independent for every input."""
+        of ``P_GROUP`` consecutive inputs, symbols uniform and independent for every input (drawn
+        by ``rng.integers``; for N + 1 >= 2^25 symbol t of an input is :func:`uniform_symbols` of
+        a key drawn per input and t, generated when read)."""
         rng = np.random.default_rng(seed)
         S, n = self.alphabet(model), model.n
+        batch = self.batch_inputs(model, batch)
         for done in range(0, count, batch):
             b = min(batch, count - done)
             p = np.repeat(rng.integers(1, n + 1, size=-(-b // P_GROUP)), P_GROUP)[:b]
-            yield self.batch(model, rng.integers(0, S, size=(b, n), dtype=np.int32), p)
+            if not self.generated(model):
+                yield self.batch(model, rng.integers(0, S, size=(b, n), dtype=np.int32), p)
+                continue
+            keys = draw_keys(rng, b)
+            yield self._generated(model, p, lambda rows, pos: uniform_symbols(keys[rows], pos, S),
+                                  lambda r: {"symbols": f"uniform_symbols(key={int(keys[r])}, t, S={S}) for t in "
+                                                        f"[0, {n}) (exactformer.constructions.core.streams)"}, "sample")
 
     def adversarial(self, model: CompiledModel, count: int, seed: int, batch: int = 1024,
                     positions: np.ndarray | None = None) -> Iterator[Batch]:
@@ -187,14 +212,44 @@ class IndexLookupTask(Task):
         rng = np.random.default_rng(seed)
         S, n = self.alphabet(model), model.n
         far = _farthest_symbols(S)
+        batch = self.batch_inputs(model, batch)
         for done in range(0, count, batch):
             b = min(batch, count - done)
             a = rng.integers(0, S, size=b)
-            pool = np.arange(1, n + 1) if positions is None else np.asarray(positions) + 1
-            p = np.repeat(rng.choice(pool, size=-(-b // P_GROUP)), P_GROUP)[:b]
-            sy = np.repeat(far[a][:, None], n, axis=1)
-            sy[np.arange(b), p - 1] = a
-            yield self.batch(model, sy, p)
+            groups = -(-b // P_GROUP)
+            p = np.repeat(rng.integers(1, n + 1, size=groups) if positions is None else
+                          rng.choice(np.asarray(positions) + 1, size=groups), P_GROUP)[:b]
+            if not self.generated(model):
+                sy = np.repeat(far[a][:, None], n, axis=1)
+                sy[np.arange(b), p - 1] = a
+                yield self.batch(model, sy, p)
+                continue
+            yield self._generated(model, p, lambda rows, pos: np.where(pos[None, :] == p[rows, None] - 1, a[rows, None],
+                                                                       far[a[rows], None]),
+                                  lambda r: {"symbols": f"{int(far[a[r]])} everywhere but position p - 1, which holds "
+                                                        f"{int(a[r])}"}, "adversarial")
+
+    def _generated(self, model: CompiledModel, p: np.ndarray, symbols, describe, kind: str) -> Batch:
+        """A batch of inputs generated on demand: ``symbols(rows, positions)`` gives the symbols."""
+        S, n = self.alphabet(model), model.n
+
+        def tokens(rows: np.ndarray, pos: np.ndarray) -> np.ndarray:
+            out = np.empty((rows.size, pos.size), dtype=np.int64)
+            last = pos == n
+            out[:, ~last] = symbols(rows, pos[~last])
+            out[:, last] = (S + p[rows] - 1)[:, None]
+            return out
+
+        def what(r: int) -> dict:
+            return describe(r) | {"p": int(p[r])}
+
+        B = p.size
+        sy = GeneratedTokens(symbols, B, n, 0, S - 1, what)
+        truth = np.empty(B, dtype=np.int64)
+        for q in np.unique(p):  # s_p of each input, one read per distinct p (groups of P_GROUP share it)
+            rows = np.flatnonzero(p == q)
+            truth[rows] = symbols(rows, np.array([q - 1]))[:, 0]
+        return Batch((sy, p), GeneratedTokens(tokens, B, n + 1, 0, S + n - 1, what), truth, kind)
 
     def candidates(self, model: CompiledModel, hint: dict, count: int) -> Iterator[Batch]:
         if hint.get("positions"):

@@ -22,18 +22,19 @@ from typing import Any
 
 import torch
 from safetensors.torch import load_file
-from transformer_lens.config import TransformerBridgeConfig
-from transformer_lens.model_bridge import TransformerBridge
-from transformer_lens.utilities.tl_checkpoint_conversion import convert_tl_checkpoint
 
 DTYPES = {"float64": torch.float64, "float32": torch.float32}
 
 
-def load_bridge(model_dir: Path, dtype: torch.dtype) -> tuple[dict[str, Any], TransformerBridge]:
+def load_bridge(model_dir: Path, dtype: torch.dtype) -> tuple[dict[str, Any], Any]:
     """The manifest and a ``TransformerBridge`` holding ``model.safetensors``: the weights are under
     TransformerLens's HookedTransformer state-dict names, which ``convert_tl_checkpoint`` turns into
     the native bridge's. The bridge divides attention scores by sqrt(d_head) whatever the config
     says, and exactformer's scores are unscaled, so sqrt(d_head) is folded into W_Q and b_Q."""
+    from transformer_lens.config import TransformerBridgeConfig  # imported here: encode and read_answers
+    from transformer_lens.model_bridge import TransformerBridge  # serve docs/examples/plain_torch.py too
+    from transformer_lens.utilities.tl_checkpoint_conversion import convert_tl_checkpoint
+
     man = json.loads((model_dir / "manifest.json").read_text())
     sd = load_file(str(model_dir / "model.safetensors"))
     if "embed.W_E" not in sd or "pos_embed.W_pos" not in sd:
@@ -57,37 +58,72 @@ def load_bridge(model_dir: Path, dtype: torch.dtype) -> tuple[dict[str, Any], Tr
     return man, bridge.eval()
 
 
+def token_ids(vocab: Any) -> Any:
+    """``ids(pattern, values)``: the token ids of the names ``pattern.format(v)`` in ``manifest.vocab``
+    -- a list of names, or ``{"runs": [[pattern, first, count], ...]}`` where run r names the ids
+    ``start_r .. start_r + count - 1`` ``pattern.format(first + j)`` (then read off the run, no name formed)."""
+    if isinstance(vocab, list):
+        index = {name: i for i, name in enumerate(vocab)}
+        return lambda pattern, values: [index[pattern.format(v)] for v in values]
+    runs, start = {}, 0
+    for pattern, first, count in vocab["runs"]:
+        runs.setdefault(pattern, []).append((first, count, start))
+        start += count
+
+    def ids(pattern: str, values: list) -> list[int]:
+        out = []
+        for v in values:
+            for first, count, at in runs.get(pattern, []):
+                if not isinstance(v, (bool, str, type(None))) and int(v) == v and first <= v < first + count:
+                    out.append(at + int(v) - first)
+                    break
+            else:
+                raise KeyError(pattern.format(v))
+        return out
+    return ids
+
+
 def encode(man: dict[str, Any], example: Any) -> tuple[list[int], list[list[float]] | None]:
     """Token ids of one natural input by ``manifest.encoding``, and the input vectors of the tokens
     that carry one (``manifest.vector_input``; None for a model without vector inputs)."""
-    enc, ids = man["encoding"], {name: i for i, name in enumerate(man["vocab"])}
+    enc, ids = man["encoding"], token_ids(man["vocab"])
     names = [part["name"] for part in enc["inputs"]]
     parts = dict(zip(names, example if len(names) > 1 else (example,)))
-    tokens: list[tuple[str, Any]] = []  # (token name, the input element it came from)
+    found: list[int] = []
+    carried: list[Any] = []  # the input element each token came from
     for seg in enc["tokens"]:
         if "for_each" in seg:
-            tokens += [(seg["token"].format(v), v) for v in parts[seg["for_each"]]]
+            values = list(parts[seg["for_each"]])
+            found += ids(seg["token"], values)
+            carried += values
         elif "of" in seg:
-            tokens.append((seg["token"].format(parts[seg["of"]]), parts[seg["of"]]))
+            found += ids(seg["token"], [parts[seg["of"]]])
+            carried.append(parts[seg["of"]])
         elif "interleave" in seg:
             runs = [list(parts[p]) for p in seg["interleave"]]
             for i in range(max(len(r) for r in runs)):
-                tokens += [(t.format(r[i]), r[i]) for r, t in zip(runs, seg["token"]) if i < len(r)]
+                for r, t in zip(runs, seg["token"]):
+                    if i < len(r):
+                        found += ids(t, [r[i]])
+                        carried.append(r[i])
         else:
-            tokens.append((seg["token"], None))
-    token_ids = [ids[name] for name, _ in tokens]
+            found += ids(seg["token"].replace("{", "{{").replace("}", "}}"), [None])
+            carried.append(None)
     vi = man["vector_input"]
     if vi is None:
-        return token_ids, None
+        return found, None
     zero = [0.0] * vi["width"]
-    return token_ids, [[float(x) for x in v] if t in vi["tokens"] else zero for t, (_, v) in zip(token_ids, tokens)]
+    return found, [[float(x) for x in v] if t in vi["tokens"] else zero for t, v in zip(found, carried)]
 
 
-def read_answers(man: dict[str, Any], logits: torch.Tensor) -> list[Any]:
+def read_answers(man: dict[str, Any], logits: torch.Tensor, at_answers: bool = False) -> list[Any]:
     """``manifest.readout``: the logits at each answer position (``answer_positions``; null: the
     last position); the answer is ``answers.values[i]`` for the largest logit i, and a tie for the
-    largest is no answer (None), as the exact executor decides."""
+    largest is no answer (None), as the exact executor decides. ``at_answers``: ``logits`` hold
+    the answer positions only, in order."""
     positions = man["answer_positions"] or [logits.shape[1] - 1]
+    if at_answers:
+        positions = list(range(logits.shape[1]))
     values = man["answers"]["values"]
     out = []
     for row in logits[:, positions, :]:

@@ -294,7 +294,8 @@ def _run(model: Any, v: _Verification, steps: Steps) -> Report:
         progress = steps.bar(total, "inputs") if chosen not in ("certify", "smt") else None
         return xf.verify(model, mode=v.mode, samples=v.samples, seed=v.seed, device=v.device, progress=progress,
                           phase=lambda name: steps.step(f"{what}: {name}"), arithmetic=v.arithmetic, workers=v.workers,
-                          scheduler=v.scheduler, search_seconds=v.search_seconds, smt_timeout=v.smt_timeout)
+                          scheduler=v.scheduler, search_seconds=v.search_seconds, smt_timeout=v.smt_timeout,
+                          notice=steps.note)
     except VerifyError as e:
         _bad(e, v.json)
 

@@ -6,8 +6,9 @@ on stdout (so stdout under ``--json`` always holds exactly one JSON object). Tab
 on a terminal boxed to its width, otherwise (a file, a pipe) as plain text sized to the content;
 every cell is plain text (:func:`cell_text`: lists joined, objects as ``key=value`` pairs).
 Progress goes to stderr: on a terminal a live display (a bar with the total and the ETA where the
-total is known, a spinner where it is not), otherwise one line per finished step (never a flood of
-bar updates in a log).
+total is known, a spinner where it is not), otherwise one line per finished step and, for a bar,
+one line every :data:`LINE_SECONDS` with the count and the ETA (never a flood of bar updates in a
+log). Notes (a run's estimate) are one line each, printed when they come.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from rich.text import Text
 
 EXIT_FAILED = 1
 EXIT_BAD_INPUT = 2
+LINE_SECONDS = 15.0  # a bar's line in a log: one at most this often
 
 
 def report_error(message: str, as_json: bool) -> None:
@@ -169,10 +171,32 @@ class Steps:
         live = self._live
         return lambda k: live.advance(task, k)
 
-    def bar(self, total: int | None, what: str) -> Callable[[int], None] | None:
-        """A counter for the current step: ``advance(k)`` after k more of ``total`` ``what``."""
+    def note(self, text: str) -> None:
+        """One line that stays (above the live display on a terminal), unless ``lines`` is False."""
+        if not self.lines:
+            return
+        if self._live is not None:
+            self._live.console.print(text, markup=False, highlight=False)
+        else:
+            typer.echo(text, err=True)
+
+    def bar(self, total: int | None, what: str) -> Callable[[float], None] | None:
+        """A counter for the current step: ``advance(k)`` after k more of ``total`` ``what`` (k may
+        be a fraction). Without a terminal: a line every :data:`LINE_SECONDS` (none without ``lines``)."""
         if self._live is None:
-            return None
+            if not self.lines or not total:
+                return None
+            name, t0 = self._step if self._step else ("", time.perf_counter())
+            state = {"done": 0.0, "last": time.perf_counter()}
+
+            def line(k: float) -> None:
+                state["done"] += k
+                now = time.perf_counter()
+                if now - state["last"] >= LINE_SECONDS and state["done"] < total:
+                    state["last"] = now
+                    eta = (now - t0) * (total - state["done"]) / state["done"] if state["done"] else 0.0
+                    typer.echo(f"{name}: {state['done']:.4g}/{total} {what}, {now - t0:.0f} s, ETA {eta:.0f} s", err=True)
+            return line
         if self._task is not None:
             self._live.remove_task(self._task)
         desc = f"{self._step[0] if self._step else ''} ({what})"

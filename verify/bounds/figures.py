@@ -209,8 +209,9 @@ def exact_attention(model, tokens: np.ndarray, fmt: Format | None = None) -> tup
 
 def float_attention(model, tokens: np.ndarray) -> list[np.ndarray]:
     """Softmax weights of every layer, ``[B, H, T, T]`` float64, of the float export
-    ``model.to_torch()`` (read by a ``TorchFunctionMode`` that records each softmax call of one
-    forward pass; the module itself is unchanged)."""
+    ``to_torch(model)`` (read by a ``TorchFunctionMode`` that records each softmax call of one
+    forward pass of a fresh module computing every position in one block of query rows per layer;
+    rows that depend on the position alone are computed once for the batch and repeated here)."""
     import torch
     from torch.overrides import TorchFunctionMode
 
@@ -227,13 +228,14 @@ def float_attention(model, tokens: np.ndarray) -> list[np.ndarray]:
                 self.weights.append(out.detach().cpu().numpy())
             return out
 
-    module = to_torch(model)
+    tokens = np.asarray(tokens)
+    module = to_torch(model, positions="all", query_chunk=tokens.shape[-1])
     rec = Recorder()
     with torch.no_grad(), rec:
-        module(torch.as_tensor(np.asarray(tokens), dtype=torch.long))
+        module(torch.as_tensor(tokens, dtype=torch.long))
     if len(rec.weights) != model.n_layers:
         raise RuntimeError(f"recorded {len(rec.weights)} softmax calls for {model.n_layers} layers")
-    return rec.weights
+    return [np.broadcast_to(w, (len(tokens),) + w.shape[1:]) for w in rec.weights]
 
 
 @dataclass(frozen=True)

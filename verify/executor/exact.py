@@ -91,14 +91,15 @@ def decode_logits(model: CompiledModel, logits: np.ndarray) -> tuple[list[list[A
     B, A, V = logits.shape
     if V == 1:
         return [[model.answers[0]] * A for _ in range(B)], np.full((B, A), np.inf)
-    order = np.argsort(-logits, axis=-1, kind="stable")
-    best = np.take_along_axis(logits, order[..., :1], axis=-1)[..., 0]
-    second = np.take_along_axis(logits, order[..., 1:2], axis=-1)[..., 0]
+    top = np.argmax(logits, axis=-1)  # the first largest, as a stable sort's first
+    best = np.take_along_axis(logits, top[..., None], axis=-1)[..., 0]
+    low = logits.min()  # the largest of the others: the best replaced by a value no logit is below
+    second = np.where(np.arange(V) == top[..., None], low, logits).max(axis=-1)
     margin = best - second
     names = np.empty(V + 1, dtype=object)  # answer i's value at i, None at V (element by element: answers may be tuples)
     for i in range(V):
         names[i] = model.answers[i]
-    answers = names[np.where(margin > 0, order[..., 0], V)].tolist()  # index V: None on a tie
+    answers = names[np.where(margin > 0, top, V)].tolist()  # index V: None on a tie
     return answers, margin
 
 
@@ -110,16 +111,30 @@ def run(model: Any, tokens: Any, fmt: Format, device: str = "cpu", batch_size: i
     raise ExecutorError(f"no executor for a {type(model).__name__}")
 
 
+@functools.singledispatch
+def memory_estimate(model: Any, fmt: Format, T: int, batch: int, device: str = "cpu") -> int:
+    """Bytes :func:`run` holds at its peak on ``batch`` inputs of length ``T`` (besides the inputs
+    themselves), estimated from the executor's own budgets: the estimate of the model's kind; 0 for a
+    kind that registers none (an EMA program's run holds its inputs' size)."""
+    return 0
+
+
+@memory_estimate.register
+def _memory_transformer(model: CompiledModel, fmt: Format, T: int, batch: int, device: str = "cpu") -> int:
+    return plan_for(model, fmt, device, T).memory(batch)
+
+
 @run.register
 def run_transformer(model: CompiledModel, tokens: Any, fmt: Format, device: str = "cpu",
-                    batch_size: int | None = None) -> RunResult:
+                    batch_size: int | None = None, progress: Any = None) -> RunResult:
     """Run ``model`` on token ids ``tokens`` [B, T] (or [T]) under ``fmt``.
 
     ``T`` must not exceed ``model.n_ctx``; ids must lie in ``[0, model.d_vocab)``. A model with a
     ``vector_input`` takes :class:`~exactformer.constructions.core.ir.Inputs` (token ids and exact
     vectors, which must be representable in ``fmt``). Returns the logits at the model's answer
     positions (see :class:`RunResult`). ``batch_size`` bounds the inputs processed at once
-    (default: chosen so the live residual stays near 2^25 entries).
+    (default: chosen so the live residual stays near 2^25 entries); ``progress(k)`` is called with
+    the k inputs of each part done.
     """
     try:
         tokens, vectors = split_inputs(model, tokens)
@@ -148,8 +163,11 @@ def run_transformer(model: CompiledModel, tokens: Any, fmt: Format, device: str 
     if batch_size is None:
         batch_size = max(1, RESIDUAL_BUDGET // max(1, plan.entries_per_input))
     fmt.reset_counts()
-    parts = [plan.be.get(plan.forward(tokens[s : s + batch_size], None if vec is None else vec[s : s + batch_size]))
-             for s in range(0, B, batch_size)]
+    parts = []
+    for s in range(0, B, batch_size):
+        parts.append(plan.be.get(plan.forward(tokens[s : s + batch_size], None if vec is None else vec[s : s + batch_size])))
+        if progress is not None:
+            progress(min(B, s + batch_size) - s)
     logits = np.concatenate(parts, axis=0) if parts else np.zeros((0, plan.answer_pos.size, len(model.answers)), np.int64)
     answers, margin = decode_logits(model, logits)
     return RunResult(logits, answers, margin, fmt.counts.as_dict())
@@ -311,8 +329,6 @@ class _Plan:
     def __init__(self, model: CompiledModel, fmt: Format, be: _Backend, T: int):
         self.model, self.fmt, self.be, self.T = model, fmt, be, T
         self.answer_pos = model.answer_positions_for(T)
-        self.allpos = np.arange(T)
-        self.allpos.flags.writeable = False
         if np.any(np.diff(self.answer_pos) <= 0):  # every position array here is strictly increasing
             raise ExecutorError(f"answer positions must be strictly increasing, got {list(self.answer_pos[:8])}")
         self.e_cols = model.embed.nonzero_columns()
@@ -337,6 +353,26 @@ class _Plan:
         # the windowed attention (verify/executor/window.py): numpy fixed point with an exp zero
         self._d0 = fmt.exp_zero_below() if isinstance(fmt, FixedPoint) and not be.torch else None
         self._key_index: dict[tuple, Any] = {}  # per (layer, head): shared keys' index; values free of events
+
+    def memory(self, batch: int) -> int:
+        """Bytes a call on ``batch`` inputs holds at its peak (besides the token ids), from the
+        budgets it runs under: a part of the batch whose live residual stays near
+        :data:`RESIDUAL_BUDGET` entries and an attention block of :data:`ATTENTION_BLOCK_ENTRIES`,
+        each with a few int64 temporaries. A one-block model whose heads read their keys through
+        windows (numpy fixed point) holds per input only its answer positions' rows, never T."""
+        part = min(batch, max(1, RESIDUAL_BUDGET // max(1, self.entries_per_input)))
+        per_input = self.entries_per_input
+        if self._d0 is not None and all(pos.size < self.T for pos in self.block_pos):
+            per_input = per_input // self.T * int(self.answer_pos.size)
+        return 8 * 4 * (part * per_input + ATTENTION_BLOCK_ENTRIES)
+
+    @functools.cached_property
+    def allpos(self) -> np.ndarray:
+        """Every position 0 .. T-1, formed when a block or a head needs them (a one-block model
+        answering at a few positions through windowed rows never does: Index Lookup at N = 2^30)."""
+        a = np.arange(self.T)
+        a.flags.writeable = False
+        return a
 
     # ---- structure ----------------------------------------------------------------------------
     def _prepare(self, attn, mlp) -> dict[str, Any]:
@@ -392,13 +428,12 @@ class _Plan:
         docstring): the answer positions for the last block; for an earlier block the positions
         of the next one, or every position when a later key or value reads a column it writes."""
         nL, T = len(self.layers), self.T
-        self.block_pos = [np.arange(T)] * nL
-        self.block_pos[-1] = self.answer_pos
+        self.block_pos = [self.answer_pos] * nL
         for li in range(nL - 2, -1, -1):
             L = self.layers[li + 1]
             kv = np.concatenate([np.concatenate(L["reads"][w]) for w in ("W_K", "W_V")]).astype(np.int64)
             if np.any(self.written[li + 1][kv]) or self.block_pos[li + 1].size == T:
-                self.block_pos[li] = np.arange(T)
+                self.block_pos[li] = self.allpos
             else:
                 self.block_pos[li] = self.block_pos[li + 1]
 
@@ -583,13 +618,12 @@ class _Plan:
         B = tokens.shape[0]
         if L["v_dims"][h].size == 0:  # the head writes nothing
             return be.put(np.zeros((B, q_pos.size, 0), dtype=np.int64 if self.fmt.is_exact else np.float64))
-        allpos = self.allpos
         for attempt, applies in ((self._window_head, self._d0 is not None), (self._head_split, L["qk_split"][h] is not None)):
             out = self._attempt(attempt, li, L, h, tokens, x, q_pos) if applies else None
             if out is not None:
                 return out
-        k = self._proj(li, L, h, "K", tokens, x, allpos)
-        v = self._proj(li, L, h, "V", tokens, x, allpos, dims=L["v_dims"][h])
+        k = self._proj(li, L, h, "K", tokens, x, self.allpos)
+        v = self._proj(li, L, h, "V", tokens, x, self.allpos, dims=L["v_dims"][h])
         outs = []
         # query rows in chunks so an attention block stays near ATTENTION_BLOCK_ENTRIES entries
         per_row = self.T * (1 if k.kind == "shared" else B)
@@ -624,7 +658,7 @@ class _Plan:
         The projections are those the whole computation makes (the other dims' and, where the
         head splits, the shared dims' partial logits, which must be the same for every query)."""
         fmt, be = self.fmt, self.be
-        B, allpos = tokens.shape[0], self.allpos
+        B = tokens.shape[0]
         split = L["qk_split"][h]
         dims = None if split is None else split[1]
         kinds = [self._source(li, self._proj_weights(L, li, h, w, dims)[0]) for w in ("Q", "K")]
@@ -632,7 +666,7 @@ class _Plan:
             return None  # rows shared by every input: formed once per plan
         p = None
         if split is not None:
-            k_sh = self._proj(li, L, h, "K", tokens, x, allpos, dims=split[0])
+            k_sh = self._proj(li, L, h, "K", tokens, x, self.allpos, dims=split[0])
             q_sh = self._proj(li, L, h, "Q", tokens, x, q_pos, dims=split[0])
             if q_sh.kind != "shared" or k_sh.kind != "shared" or np.any(q_sh.arr[0] != q_sh.arr[0][:1]):
                 return None
@@ -642,7 +676,7 @@ class _Plan:
             p = row[0]
         index = self._shared_keys(li, L, h, dims, p) if kinds[1] == "shared" else None
         if index is None:
-            k = self._proj(li, L, h, "K", tokens, x, allpos, dims=dims)
+            k = self._proj(li, L, h, "K", tokens, x, self.allpos, dims=dims)
             index = index_keys(np.asarray(k.dense(be, B)), p) if k.kind != "shared" else None
         if index is None:
             return None
@@ -654,7 +688,7 @@ class _Plan:
         vd = L["v_dims"][h]
         # values at the candidates only where no position's value can count an event (else at every
         # position, as the whole rows do, so that the counts are theirs)
-        v = None if self._token_free(li, L, h, vd) else self._proj(li, L, h, "V", tokens, x, allpos, dims=vd)
+        v = None if self._token_free(li, L, h, vd) else self._proj(li, L, h, "V", tokens, x, self.allpos, dims=vd)
         dv = vd.size
         out = []
         for r0 in range(0, B * R, WINDOW_ROWS):

@@ -30,12 +30,18 @@ from typing import Any
 import numpy as np
 
 from exactformer.constructions.core.recurrent import RNNModel
+from exactformer.constructions.core.scan import run_machine
+from exactformer.constructions.core.streams import GeneratedTokens
 from exactformer.precision import Format
-from exactformer.verify.executor.exact import ExecutorError, RunResult, decode_logits, run
+from exactformer.verify.executor.exact import ExecutorError, RunResult, decode_logits, memory_estimate, run
 from exactformer.verify.executor.forward import Cache, forward_with_cache
 
 STEP_ENTRIES = 1 << 24  # hidden units x stored entries per row x inputs per batch chunk
+CHUNK = 1 << 20  # positions of an input read at once
+STATE_LIMIT = 1 << 12  # hidden states tabulated at most (:func:`state_table`)
+TABLE_MIN_STEPS = 1 << 14  # inputs x positions from which a run tabulates the hidden states
 DENSE_WIDTH = 256  # rows [W_ih | W_hh | b] up to this long are multiplied densely
+_TABLES: dict[tuple, Any] = {}  # (fingerprint, format) -> state_table
 TABLE_ENTRIES = 1 << 24  # integer weights: every token's input row is tabulated at once up to d_vocab x H x d_input products
 
 
@@ -132,17 +138,70 @@ def step(w: Weights, h: np.ndarray, tokens: np.ndarray) -> np.ndarray:
     token ids [B] (module docstring): the one definition the executor and the recurrent
     certificate share."""
     B = len(h)
-    if w.integer:  # units x inputs: rows of h^T are gathered contiguously
-        pre = w.input_rows(tokens) + w.K_hh @ np.ascontiguousarray(h.T)  # exact integers [H, B]
-        lo, hi = w.fmt.min_raw, w.fmt.max_raw
-        w.saturations += int(np.count_nonzero(pre < lo) + np.count_nonzero(pre > hi))
-        return np.clip(pre, max(lo, 0), hi).T  # saturated once, then relu
+    if w.integer:
+        out, sat = integer_step(w, h, tokens)
+        w.saturations += int(sat.sum())
+        return out
     z = np.concatenate([w.E[tokens], h, np.broadcast_to(w.one, (B, 1))], axis=1)
     if w.dense is not None:
         pre = np.asarray(w.fmt.matmul(z, w.dense))
     else:
         pre = np.asarray(w.fmt.matmul(z[:, w.cols][:, :, None, :], w.vals[:, :, None])).reshape(B, -1)
     return np.asarray(w.fmt.relu(pre))
+
+
+def integer_step(w: Weights, h: np.ndarray, tokens: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`step` with integer weights, and each input's saturations [B] (units x inputs: rows of
+    h^T are gathered contiguously)."""
+    pre = w.input_rows(tokens) + w.K_hh @ np.ascontiguousarray(h.T)  # exact integers [H, B]
+    lo, hi = w.fmt.min_raw, w.fmt.max_raw
+    sat = np.count_nonzero(pre < lo, axis=0) + np.count_nonzero(pre > hi, axis=0)
+    return np.clip(pre, max(lo, 0), hi).T, sat  # saturated once, then relu
+
+
+def state_table(model: RNNModel, fmt: Format, w: Weights) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """Every hidden state reachable from h_0 (integer weights), as (states [S, H], next [S, d_vocab]
+    state indices, saturations [S, d_vocab] of each step), by :func:`integer_step` from the states
+    found so far under every token until no new one appears; None beyond :data:`STATE_LIMIT` states
+    or without integer weights. Kept per (model, format)."""
+    key = (model.fingerprint(), fmt.name)
+    if key in _TABLES:
+        return _TABLES[key]
+    table = None
+    if w.integer:
+        V = model.d_vocab
+        states, index, nxt, sat = [np.asarray(w.h0, dtype=np.int64)], {}, [], []
+        index[states[0].tobytes()] = 0
+        done = 0
+        while done < len(states) and len(states) <= STATE_LIMIT:
+            hs = np.stack(states[done:])
+            out, cnt = integer_step(w, np.repeat(hs, V, axis=0), np.tile(np.arange(V), len(hs)))
+            for row, c in zip(out.reshape(len(hs), V, -1), cnt.reshape(len(hs), V)):
+                ids = []
+                for h in row:
+                    k = h.tobytes()
+                    if k not in index:
+                        index[k] = len(states)
+                        states.append(h.copy())
+                    ids.append(index[k])
+                nxt.append(ids)
+                sat.append(c)
+            done += len(hs)
+        if len(states) <= STATE_LIMIT:
+            table = (np.stack(states), np.asarray(nxt, dtype=np.int64), np.asarray(sat, dtype=np.int64))
+    _TABLES[key] = table
+    while len(_TABLES) > 8:
+        _TABLES.pop(next(iter(_TABLES)))
+    return table
+
+
+def _columns(tokens: Any, rows: slice, a: int, b: int, model: RNNModel) -> np.ndarray:
+    """Token ids [len(rows), b - a] of inputs ``rows`` at positions a .. b-1 (generated inputs are
+    read there only), checked to lie in the vocabulary."""
+    t = np.asarray(tokens[rows][:, a:b] if isinstance(tokens, GeneratedTokens) else tokens[rows, a:b], dtype=np.int64)
+    if t.size and (t.min() < 0 or t.max() >= model.d_vocab):
+        raise ExecutorError(f"token ids must lie in [0, d_vocab={model.d_vocab})")
+    return t
 
 
 def check_tokens(model: RNNModel, tokens: Any, shortest: int = 1) -> np.ndarray:
@@ -158,13 +217,26 @@ def check_tokens(model: RNNModel, tokens: Any, shortest: int = 1) -> np.ndarray:
     return t.astype(np.int64)
 
 
+@memory_estimate.register
+def _memory_recurrent(model: RNNModel, fmt: Format, T: int, batch: int, device: str = "cpu") -> int:
+    """A part of the batch's hidden states and one chunk of its token ids (besides the inputs)."""
+    part = min(batch, max(1, STEP_ENTRIES // max(1, model.hidden)))
+    return 8 * 4 * part * (model.hidden + model.d_input + min(T, CHUNK))
+
+
 @run.register
 def run_recurrent(model: RNNModel, tokens: Any, fmt: Format, device: str = "cpu",
-                  batch_size: int | None = None) -> RunResult:
+                  batch_size: int | None = None, progress: Any = None) -> RunResult:
     """Run ``model`` on token ids [B, T] under ``fmt``: the logits at the answer positions
     (:class:`~exactformer.verify.executor.exact.RunResult`), step by step from h_0. A model that
-    answers at the last position answers the empty input (T = 0) from h_0 itself."""
-    tokens = check_tokens(model, tokens, shortest=0 if model.answer_positions is None else 1)
+    answers at the last position answers the empty input (T = 0) from h_0 itself. Inputs are read
+    :data:`CHUNK` positions at a time (generated inputs, :class:`GeneratedTokens`, are never
+    formed) and ``progress(f)`` is called with the fraction of inputs f each chunk completes.
+    Where every reachable hidden state is tabulated (:func:`state_table`: integer weights, at most
+    :data:`STATE_LIMIT` states) the steps are table lookups run by
+    :func:`~exactformer.constructions.core.scan.run_machine`, the same states and saturations."""
+    if not isinstance(tokens, GeneratedTokens):
+        tokens = check_tokens(model, tokens, shortest=0 if model.answer_positions is None else 1)
     B, T = tokens.shape
     w = Weights(model, fmt)
     if T == 0:
@@ -176,28 +248,48 @@ def run_recurrent(model: RNNModel, tokens: Any, fmt: Format, device: str = "cpu"
     at[pos] = True
     if batch_size is None:
         batch_size = max(1, STEP_ENTRIES // max(1, model.hidden * w.entries))
+    table = state_table(model, fmt, w) if T * B >= TABLE_MIN_STEPS else None
     fmt.reset_counts()
     parts = []
     for s in range(0, B, batch_size):
-        chunk = tokens[s : s + batch_size]
-        b = len(chunk)
-        # integer weights: the steps over the prefix every input of the chunk shares run once (an
-        # exhaustive enumeration's batches share long prefixes), their saturations counted b times
-        shared = 0
-        if w.integer and b > 1:
-            same = np.all(chunk == chunk[:1], axis=0)  # [T]: position t holds one token in the whole chunk
-            shared = T if same.all() else int(np.argmin(same))
-        h = np.broadcast_to(w.h0, (1 if shared else b, model.hidden))
+        rows = slice(s, min(B, s + batch_size))
+        b = rows.stop - s
         out = []
-        for t in range(T):
-            before = w.saturations
-            h = step(w, h, chunk[:1, t] if t < shared else chunk[:, t])
-            if t < shared:
-                w.saturations = before + (w.saturations - before) * b
-            if t + 1 == shared:
-                h = np.broadcast_to(h, (b, model.hidden))
-            if at[t]:
-                out.append(np.broadcast_to(w.readout(h), (b, len(model.answers))))
+        if table is not None:
+            states, nxt, sat = table
+            state = np.zeros(b, dtype=np.int64)  # h_0 is state 0
+            for a in range(0, T, CHUNK):
+                z = min(T, a + CHUNK)
+                wanted = np.flatnonzero(at[a:z])
+                state, cost, every = run_machine(nxt, sat, state, _columns(tokens, rows, a, z, model), wanted.size > 0)
+                w.saturations += int(cost.sum())
+                out += [w.readout(states[every[:, j]]) for j in wanted]
+                if progress is not None:
+                    progress(b * (z - a) / T)
+        else:
+            h = np.broadcast_to(w.h0, (b, model.hidden))
+            for a in range(0, T, CHUNK):
+                z = min(T, a + CHUNK)
+                chunk = _columns(tokens, rows, a, z, model)
+                # integer weights: the steps over the prefix every input of the chunk shares run once
+                # (an exhaustive enumeration's batches share long prefixes), their saturations counted b times
+                shared = 0
+                if w.integer and b > 1 and a == 0 and z == T:
+                    same = np.all(chunk == chunk[:1], axis=0)  # [T]: position t holds one token in the whole chunk
+                    shared = T if same.all() else int(np.argmin(same))
+                if shared:
+                    h = h[:1]
+                for t in range(a, z):
+                    before = w.saturations
+                    h = step(w, h, chunk[:1, t - a] if t < shared else chunk[:, t - a])
+                    if t < shared:
+                        w.saturations = before + (w.saturations - before) * b
+                    if t + 1 == shared:
+                        h = np.broadcast_to(h, (b, model.hidden))
+                    if at[t]:
+                        out.append(np.broadcast_to(w.readout(h), (b, len(model.answers))))
+                if progress is not None:
+                    progress(b * (z - a) / T)
         parts.append(np.stack(out, axis=1))
     logits = np.concatenate(parts) if parts else np.zeros((0, pos.size, len(model.answers)), np.int64)
     answers, margin = decode_logits(model, logits)

@@ -26,39 +26,79 @@ from exactformer.verify.executor.recurrent import check_tokens
 #: float32/float64 are the arithmetics the float certificates cover; bfloat16/float16 run for
 #: measurement only (benchmarks/bench_float_samples.py): nothing certifies them.
 DTYPES = {"float32": torch.float32, "float64": torch.float64, "bfloat16": torch.bfloat16, "float16": torch.float16}
-MEMORY_BUDGET = 1 << 30  # bytes of attention scores held at once; batches are sized to it
+MEMORY_BUDGET = 1 << 30  # bytes a batch of the transformer's forward pass may hold (its own estimate); batches are sized to it
+BATCH = 64  # inputs per batch at most
 RECURRENT_BUDGET = 1 << 32  # multiply-adds of one input in the dense torch.nn.RNN (T H^2); above: refused
 _MODULES: "OrderedDict[tuple, torch.nn.Module]" = OrderedDict()
 
 
 @functools.singledispatch
-def run_torch(model: Any, tokens: np.ndarray, dtype: str = "float64") -> RunResult:
+def run_torch(model: Any, tokens: np.ndarray, dtype: str = "float64", device: str = "cpu", progress: Any = None) -> RunResult:
     """Logits at the answer positions [B, A, V] by the exported float forward pass of the model's
     kind (the transformer's below; a recurrent model's in :mod:`exactformer.verify.executor.recurrent`)."""
     raise ValueError(f"no float forward pass for a {type(model).__name__}")
 
 
-def torch_module(model: Any, dtype: str) -> torch.nn.Module:
-    """The exported float module of ``model`` (:func:`exactformer.constructions.export.to_torch`),
-    kept per (content fingerprint, dtype)."""
-    key = (model.fingerprint(), dtype)
+def torch_module(model: Any, dtype: str, device: str = "cpu") -> torch.nn.Module:
+    """The exported float module of ``model`` (:func:`exactformer.constructions.export.to_torch`)
+    on ``device``, kept per (content fingerprint, dtype, device)."""
+    key = (model.fingerprint(), dtype, device)
     module = _MODULES.get(key)
     if module is None:
         with warnings.catch_warnings():  # the arithmetic warning is for users; running it here is the check
             warnings.simplefilter("ignore", ArithmeticWarning)
-            module = to_torch(model, dtype=DTYPES[dtype])
+            module = to_torch(model, dtype=DTYPES[dtype], device=device)
         _MODULES[key] = module
         while len(_MODULES) > 4:
             _MODULES.popitem(last=False)
     return module
 
 
-@run_torch.register
-def run_torch_transformer(model: CompiledModel, tokens: np.ndarray, dtype: str = "float64") -> RunResult:
-    """Logits at the answer positions [B, A, V] (float64 values of the dtype's results).
+def _batch_size(module: torch.nn.Module, T: int) -> int:
+    """Inputs per call of ``module`` so that its own estimate stays under :data:`MEMORY_BUDGET`."""
+    one = module.memory(T, 1)
+    per_input = max(1, module.memory(T, 2) - one)
+    return max(1, min(BATCH, int((MEMORY_BUDGET - one) // per_input) + 1))
 
-    The dense forward pass holds a [batch, heads, T, T] score tensor; batches are sized so that it
-    stays under MEMORY_BUDGET, and an input too long for one (a ValueError) is refused, not run."""
+
+@functools.singledispatch
+def torch_memory(model: Any, dtype: str, device: str, T: int, batch: int) -> int:
+    """Bytes :func:`run_torch` holds at its peak on ``batch`` inputs of length ``T`` (the module's
+    weights and its own estimate for the batches it runs); ValueError where it refuses the run."""
+    raise ValueError(f"no float forward pass for a {type(model).__name__}")
+
+
+@torch_memory.register
+def _memory_transformer(model: CompiledModel, dtype: str, device: str, T: int, batch: int) -> int:
+    module = torch_module(model, _dtype(dtype), device)
+    weights = sum(b.numel() * b.element_size() for b in module.buffers())
+    return weights + module.memory(T, min(batch, _batch_size(module, T)))
+
+
+@torch_memory.register
+def _memory_recurrent(model: RNNModel, dtype: str, device: str, T: int, batch: int) -> int:
+    _check_recurrent(model, T)
+    return 3 * T * batch * (model.hidden + model.d_input + len(model.answers)) * DTYPES[_dtype(dtype)].itemsize
+
+
+def _dtype(arithmetic: str) -> str:
+    """The dtype that runs ``arithmetic`` (the exact reals' closest is float64)."""
+    return arithmetic if arithmetic in DTYPES else "float64"
+
+
+def _check_recurrent(model: RNNModel, T: int) -> None:
+    if T * model.hidden**2 > RECURRENT_BUDGET:
+        raise ValueError(f"an input of length {T} needs {T * model.hidden ** 2:.3g} multiply-adds in the dense "
+                         f"torch.nn.RNN (H = {model.hidden}; budget 2^32)")
+
+
+@run_torch.register
+def run_torch_transformer(model: CompiledModel, tokens: np.ndarray, dtype: str = "float64",
+                          device: str = "cpu", progress: Any = None) -> RunResult:
+    """Logits at the answer positions [B, A, V] (float64 values of the dtype's results) by the
+    exported module on ``device``, in batches whose memory (the module's own estimate,
+    :meth:`~exactformer.constructions.export.torch_module.ExactformerTorch.memory`) stays under
+    :data:`MEMORY_BUDGET`."""
     if dtype not in DTYPES:
         raise ValueError(f"dtype must be one of {sorted(DTYPES)}, got {dtype!r}")
     vectors = None
@@ -67,28 +107,29 @@ def run_torch_transformer(model: CompiledModel, tokens: np.ndarray, dtype: str =
     tokens = np.asarray(tokens, dtype=np.int64)
     if tokens.ndim == 1:
         tokens, vectors = tokens[None], None if vectors is None else vectors[None]
+    module = torch_module(model, dtype, device)
     T = tokens.shape[1]
-    heads = max([b.attn.n_heads for b in model.blocks] + [1])
-    per_input = 3 * heads * T * T * DTYPES[dtype].itemsize  # scores, pattern and a temporary
-    if per_input > MEMORY_BUDGET:
-        raise ValueError(f"an input of length {T} needs {per_input >> 20} MiB of attention scores in the dense "
-                         f"torch forward pass (budget {MEMORY_BUDGET >> 20} MiB)")
-    batch_size = max(1, min(64, MEMORY_BUDGET // per_input))
-    module = torch_module(model, dtype)
-    pos = model.answer_positions_for(tokens.shape[1])
+    batch_size = _batch_size(module, T)
+    pos = model.answer_positions_for(T)
+    out_pos = module.output_positions(T)
+    at = None if np.array_equal(out_pos, pos) else torch.as_tensor(np.searchsorted(out_pos, pos))
     parts = []
     with torch.no_grad():
         for s in range(0, len(tokens), batch_size):
             vec = None if vectors is None else torch.as_tensor(vectors[s : s + batch_size], dtype=torch.float64)
             out = module(torch.as_tensor(tokens[s : s + batch_size]), vec)
-            parts.append(out[:, torch.as_tensor(pos)].double().numpy())
+            out = (out if at is None else out[:, at.to(out.device)]).cpu()
+            parts.append((out if out.dtype in (torch.float32, torch.float64) else out.double()).numpy().astype(np.float64))
+            if progress is not None:
+                progress(len(out))
     logits = np.concatenate(parts) if parts else np.zeros((0, pos.size, len(model.answers)))
     answers, margin = decode_logits(model, logits)
     return RunResult(logits, answers, margin, {})
 
 
 @run_torch.register
-def run_torch_recurrent(model: RNNModel, tokens: np.ndarray, dtype: str = "float64") -> RunResult:
+def run_torch_recurrent(model: RNNModel, tokens: np.ndarray, dtype: str = "float64", device: str = "cpu",
+                        progress: Any = None) -> RunResult:
     """The exported recurrent module (``torch.nn.RNN`` between the embedding and the readout,
     :func:`exactformer.constructions.export.to_torch`) in ``dtype``: logits at the answer positions.
     An input whose dense run needs more than 2^32 multiply-adds (T H^2) is refused, not run."""
@@ -96,11 +137,9 @@ def run_torch_recurrent(model: RNNModel, tokens: np.ndarray, dtype: str = "float
         raise ValueError(f"dtype must be one of {sorted(DTYPES)}, got {dtype!r}")
     tokens = check_tokens(model, tokens)
     T = tokens.shape[1]
-    if T * model.hidden**2 > RECURRENT_BUDGET:
-        raise ValueError(f"an input of length {T} needs {T * model.hidden ** 2:.3g} multiply-adds in the dense "
-                         f"torch.nn.RNN (H = {model.hidden}; budget 2^32)")
+    _check_recurrent(model, T)
     pos = model.answer_positions_for(T)
     with torch.no_grad():
-        out = torch_module(model, dtype)(torch.as_tensor(tokens))[:, torch.as_tensor(pos)].double().numpy()
+        out = torch_module(model, dtype, device)(torch.as_tensor(tokens))[:, torch.as_tensor(pos)].double().cpu().numpy()
     answers, margin = decode_logits(model, out)
     return RunResult(out, answers, margin, {})
