@@ -540,16 +540,6 @@ def verify(model: Any, mode: str | None = None, fmt: Format | str | None = None,
         raise VerifyError(*why)
     if notice is not None:
         notice(est.text())
-    try:
-        est = estimate_run(model, task, mode, int(count) if mode == "exhaustive" else 2 * samples, fmt, arithmetic,
-                           device)
-    except ValueError as e:  # a runner that refuses the length (the dense torch.nn.RNN's budget)
-        raise VerifyError("n", f"{mode}: {e}") from None
-    why = refusal(est, model.n)
-    if why:
-        raise VerifyError(*why)
-    if notice is not None:
-        notice(est.text())
     if mode == "exhaustive":
         batches: Iterable[Batch] = task.exhaustive(model)
     else:
