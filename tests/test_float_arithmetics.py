@@ -245,7 +245,7 @@ def test_eta_just_below_the_float32_certified_bound_is_refuted_in_torch(name: st
     tokens = m.encode(r.counterexample["input"])
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ArithmeticWarning)
-        module = m.to_torch(torch.float32)
+        module = m.to_torch(torch.float32, positions="all")  # every position: indexed at the answers below
     pos = torch.as_tensor(m.compiled.answer_positions_for(len(tokens)))
     with torch.no_grad():
         logits = module(torch.as_tensor(np.asarray(tokens)[None]))[0, pos]
