@@ -28,7 +28,7 @@ from exactformer.verify.smt.truth import NotCovered, Truth, as_code, domain_list
 @encodes(IndexLookupTask)
 def index_lookup(task: IndexLookupTask, model: Any) -> Truth:
     """IdxL(s, p) = s_p: tokens s_1 .. s_N, then the index token |Sigma| + p - 1; one answer."""
-    S, n = len(model.answers), model.n
+    S, n = task.alphabet(model), model.n
 
     def code(enc: Enc, a: int) -> Sym:
         return select(enc, sub(enc, enc.token(n), const(S)), [enc.token(j) for j in range(n)])
@@ -133,13 +133,13 @@ def prefix_sums(task: PrefixSumsTask, model: Any) -> Truth:
 def mqar(task: MQARTask, model: Any) -> Truth:
     """MQAR (lean variant): tokens s_1, y_1, s_2, ..., s_N (symbol ids, label ids |Sigma| + y); the
     first half's symbols distinct, the second half a permutation of them (the precondition); the
-    answer at each of the model's answer positions q is the label of the first-half key equal to
-    s at q (the task's truth reads the answer positions from the model)."""
+    answer at each of the task's query positions q (its parameter ``queries``) is the label of the
+    first-half key equal to s at q."""
     if task.variant(model) == "nn":
         raise NotCovered("smt: MQAR's nn variant (symbols as hypercube vectors) has no smt encoding (docs/smt.md)")
-    S, L, n = task.alphabet(model), len(model.answers), model.n
+    S, L, n = task.alphabet(model), task.labels(model), model.n
     h, T = n // 2, 2 * n - 1
-    qs = [int(q) // 2 for q in model.answer_positions_for(T)]
+    qs = [int(q) // 2 for q in task.nn.queries(model)]
 
     def code(enc: Enc, a: int) -> Sym:
         q = enc.token(2 * qs[a])
@@ -194,7 +194,7 @@ def dyck(task: DyckTask, model: Any) -> Truth:
 def nearest_neighbor(task: NearestNeighborTask, model: Any) -> Truth:
     """NSTNB on grid vectors (P1 Sec. 5.2): token "x" (id 0) at position 2i carrying x_{i+1} (raw values
     over the format's scale), label tokens 1 + y at the odd positions; the answer at each of the
-    model's answer positions q is the label of the candidate j < q/2 whose inner product with
+    task's query positions q (its parameter ``queries``) is the label of the candidate j < q/2 whose inner product with
     x_{q/2} is largest. The precondition as constraints: every ||x||^2 <= max_norm_sq, and the
     nearest candidate leads every other by the margin (exact integers: values times S^2)."""
     n, S = model.n, task.scale(model)
@@ -204,7 +204,7 @@ def nearest_neighbor(task: NearestNeighborTask, model: Any) -> Truth:
     bound = math.isqrt(int(norm))  # so every entry is within [-bound, bound]
     fmt_lo, fmt_hi = -(1 << 62), 1 << 62
     vectors = {2 * i: (d, max(-bound, fmt_lo), min(bound, fmt_hi)) for i in range(n)}
-    qs = [int(q) // 2 for q in model.answer_positions_for(T)]
+    qs = [int(q) // 2 for q in task.queries(model)]
 
     def dot(enc: Enc, i: int, j: int) -> Sym:
         x, y = enc.vector(2 * i), enc.vector(2 * j)
@@ -231,5 +231,5 @@ def nearest_neighbor(task: NearestNeighborTask, model: Any) -> Truth:
     def decode(tok: np.ndarray, vec: dict) -> tuple[np.ndarray, ...]:
         return np.stack([vec[2 * i] for i in range(n)])[None], tok[None, 1::2] - 1
 
-    return Truth(domain_list(task, model), list(range(len(model.answers))), code, len(qs), decode, constraints,
+    return Truth(domain_list(task, model), list(range(task.labels(model))), code, len(qs), decode, constraints,
                  vectors=vectors)
