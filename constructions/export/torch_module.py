@@ -80,7 +80,8 @@ class _Proj:
     """One projection of a layer restricted to what it reads and writes: ``rows`` of the residual
     stream read (the nonzero rows of its weight), its weight ``W`` [H, rows, dims] and bias ``b``
     [H, dims] on the kept dims, and where its input comes from: "position" (columns only the
-    positional embedding fills: the same for every input) or "input"."""
+    positional embedding fills: the same for every input), "token" (columns only the token
+    embedding fills: the same at every occurrence of a token id) or "input"."""
 
     rows: Any
     W: Any
@@ -132,7 +133,10 @@ class ExactformerTorch(nn.Module):
     ``positions="answers"``), the layer's projections, and one block of ``query_chunk`` query rows'
     scores. Queries and keys that depend on the position alone (columns only W_pos fills, before
     any block writes them) are computed once per length, without the batch, and kept up to
-    :data:`POSITION_CACHE_BYTES` (with their softmax rows where both do).
+    :data:`POSITION_CACHE_BYTES` (with their softmax rows where both do); projections that read
+    columns only the token embedding fills are computed once per distinct token id of the batch and
+    looked up by position (the same products and sums as at each position: the position adds exact
+    zeros there).
     """
 
     def __init__(self, model: CompiledModel, dtype, device=None, positions: str | None = None,
@@ -169,6 +173,7 @@ class ExactformerTorch(nn.Module):
         self.blocks = nn.ModuleList(blocks)
         self.unembed = _Holder({"W_U": f(model.W_U), "b_U": f(model.b_U)})
         self.e_cols = model.embed.nonzero_columns()
+        self.p_cols = model.pos_embed.nonzero_columns()
         self.v_cols = np.zeros(model.d_model, dtype=bool)
         if model.vector_input is not None:
             self.v_cols[np.asarray(model.vector_input.cols)] = True
@@ -208,6 +213,14 @@ class ExactformerTorch(nn.Module):
                                               dtype=torch.long, device=dev)
         d = self.exact_model.d_model
         written, parts = np.zeros(d, dtype=bool), []
+
+        def source(rows: np.ndarray) -> str:
+            if not np.any(rows & (written | self.e_cols | self.v_cols)):
+                return "position"
+            if not np.any(rows & (written | self.p_cols | self.v_cols)):
+                return "token"
+            return "input"
+
         for blk in self.blocks:
             a, m = blk.attn, blk.mlp
             uses = lambda W, b: nz(W).any(axis=1) | nz(b)  # noqa: E731  [H, d_head]: the dim is not identically 0
@@ -217,8 +230,7 @@ class ExactformerTorch(nn.Module):
             for W, b, dims in ((a.W_Q, a.b_Q, qk), (a.W_K, a.b_K, qk), (a.W_V, a.b_V, vd)):
                 W, b = W[:, :, idx(dims)], b[:, idx(dims)]
                 rows = nz(W).any(axis=(0, 2))
-                projs.append((rows, W[:, idx(rows)], b, "input" if np.any(rows & (written | self.e_cols | self.v_cols))
-                              else "position"))
+                projs.append((rows, W[:, idx(rows)], b, source(rows)))
             units = (nz(m.W_in).any(axis=0) | nz(m.b_in)) & nz(m.W_out).any(axis=1)
             W_in = m.W_in[:, idx(units)]
             o_cols = nz(a.W_O)[:, vd].any(axis=(0, 1)) | nz(a.b_O)
@@ -333,6 +345,9 @@ class ExactformerTorch(nn.Module):
                 out = self._affine(lambda s: self._pos_rows(s).index_select(1, p.rows)[None], p, at)
                 self._keep(key, out, out.numel() * out.element_size())
             return out
+        if p.source == "token":  # x W + b for each distinct token id of the batch, then looked up by position
+            table = self._affine_block(ctx["E"].index_select(1, p.rows)[None], p)[0].transpose(0, 1)  # [U, H, dims]
+            return table[ctx["inv"][:, at]].transpose(1, 2)
         if li == 0:
             return self._affine(lambda s: self._embedded(ctx, s, p.rows), p, at)
         return self._affine(lambda s: x[:, s].index_select(-1, p.rows), p, at)
@@ -390,11 +405,12 @@ class ExactformerTorch(nn.Module):
     @staticmethod
     def _product(a: Any, b: Any) -> Any:
         """a @ b for [Ba, H, m, k] @ [Bb, H, k, n] where a batch of 1 is shared by the other's
-        batch (folded into the matrix rows, never copied per input)."""
+        batch: folded into the matrix rows (never copied per input), except a shared ``a`` of at most
+        n rows, copied per input so that the larger ``b`` is read where it lies."""
         if a.shape[0] == b.shape[0]:
             return a @ b
-        if a.shape[0] == 1:
-            return torch.einsum("hmk,bhkn->bhmn", a[0], b)
+        if a.shape[0] == 1:  # few rows of a (a query at the answer position): copied per input, b read in place
+            return a @ b if a.shape[2] <= b.shape[3] else torch.einsum("hmk,bhkn->bhmn", a[0], b)
         return torch.einsum("bhmk,hkn->bhmn", a, b[0])
 
     # ---- the forward pass --------------------------------------------------------------------
