@@ -171,3 +171,93 @@ def test_dyck_at_two_to_the_thirty_from_the_command_line():
     lines = [line for line in r.stderr.splitlines() if line.startswith("estimate: ")]
     assert lines[0].startswith("estimate: 2 inputs of 1073741824 tokens, about ") and "for 2 inputs" in lines[1]
     assert "PASS" in r.stdout
+
+
+# ---- the logits: what a run holds besides its forward pass ----------------------------------------
+
+
+def _runner_models():
+    from registered import small_build, weight_constructions
+
+    for name in weight_constructions():
+        yield name, small_build(name)
+
+
+def test_every_runner_estimate_counts_its_logits():
+    """For every registered construction, in each arithmetic its runner runs (the exact executor,
+    the torch module in float32 and float64): the estimate of a call on 8 inputs is at least the
+    float64 logits [8, A, V] it returns (k-hop's [B, N, N + 1] once went uncounted: a run estimated
+    at 1.28 GiB was killed by the OS at 23.7 GB)."""
+    for name, m in _runner_models():
+        c, fmt = m.compiled, parse_format(m.precision)
+        T = m.task.length(c)
+        A, V = len(c.answer_positions_for(T)) if hasattr(c, "answer_positions_for") else T, len(c.answers)
+        for arith in ("fixed", "float32", "float64"):
+            try:
+                got = estimate.runner_memory(c, fmt, arith, "cpu", T, 8)
+            except ValueError:
+                continue  # a runner that refuses this length says so itself
+            assert got >= 8 * A * V * 8, (name, arith, got)
+
+
+@pytest.mark.parametrize("arithmetic", ["fixed", "float32"])
+def test_a_batch_runs_in_parts_within_the_runner_budget(monkeypatch, arithmetic):
+    """A batch whose runner estimate exceeds the budget runs in parts of runner_chunk inputs: the
+    same inputs covered, the same margin, the same counterexample as in one call; each call within
+    the budget (k-hop, which answers at every position)."""
+    from exactformer.verify import verifier
+
+    m = xf.build("k-hop", n=64, k=2)
+    c, fmt = m.compiled, parse_format(m.precision)
+    batches = lambda: list(m.task.sample(c, 24, 3))  # noqa: E731
+    whole = verifier.check_batches(c, fmt, batches(), arithmetic=arithmetic)
+    T = m.task.length(c)
+    budget = estimate.runner_memory(c, fmt, arithmetic, "cpu", T, 5)
+    monkeypatch.setattr(estimate, "RUNNER_BUDGET", budget)
+    chunk = estimate.runner_chunk(c, fmt, arithmetic, "cpu", T, 24)
+    assert chunk == 5 or (chunk < 24 and estimate.runner_memory(c, fmt, arithmetic, "cpu", T, chunk + 1) > budget)
+    calls = []
+    real = verifier._runner
+
+    def counting(*a):
+        run_ = real(*a)
+        return lambda model, tokens, progress=None: calls.append(len(tokens)) or run_(model, tokens, progress)
+
+    monkeypatch.setattr(verifier, "_runner", counting)
+    parts = verifier.check_batches(c, fmt, batches(), arithmetic=arithmetic)
+    assert parts[:3] == whole[:3] and parts[0] == 24 and max(calls) <= chunk and len(calls) > 1
+    # a wrong model: the counterexample found in a later part names the input of the whole batch
+    wrong = c.replace_weight("unembed.b_U", ExactTensor(np.arange(len(c.answers), dtype=np.int64) * 16, 1))
+    monkeypatch.setattr(verifier, "_runner", real)
+    one = verifier.check_batches(wrong, fmt, batches(), arithmetic=arithmetic)
+    monkeypatch.setattr(verifier, "_runner", counting)
+    split = verifier.check_batches(wrong, fmt, batches(), arithmetic=arithmetic)
+    assert one[1] is not None and split[1] == one[1]
+
+
+def test_the_measured_peak_stays_within_the_estimate_in_a_fresh_process():
+    """k-hop at N = 2048 answers at 2048 positions over 2049 answers (33 MB of float64 logits per
+    input): in a fresh process, a sampled run's resident peak stays within its own estimate, in the
+    exact arithmetic and through torch in float32."""
+    import json
+    import subprocess
+    import sys
+
+    code = (
+        "import json, resource, warnings; warnings.simplefilter('ignore')\n"
+        "import exactformer as xf\n"
+        "from exactformer.verify import estimate\n"
+        "import exactformer.verify.executor.torch_run\n"
+        "m = xf.build('k-hop', n=2048, k=2); out = {}\n"
+        "for arith in ('fixed', 'float32'):\n"
+        "    xf.verify(m, mode='sample', samples=1, arithmetic=arith)\n"
+        "base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024\n"
+        "for arith in ('fixed', 'float32'):\n"
+        "    r = xf.verify(m, mode='sample', samples=12, arithmetic=arith)\n"
+        "    e = r.details['estimate']\n"
+        "    out[arith] = [r.passed, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024, e['memory'], e['chunk']]\n"
+        "print(json.dumps(out))\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600, check=True)
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    for arith, (passed, peak, est, chunk) in out.items():
+        assert passed and peak <= est, (arith, peak, est, chunk)

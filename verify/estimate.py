@@ -25,6 +25,7 @@ from exactformer.precision import Format
 from exactformer.verify.executor.exact import memory_estimate
 
 MEMORY_FRACTION = 0.9  # of the memory available when a run starts that its estimate may take
+RUNNER_BUDGET = 1 << 31  # bytes one runner call may hold by its own estimate: larger batches run in parts
 MEASURE_SECONDS = 2.0  # the time estimate is stated once the run has taken this long
 
 
@@ -67,6 +68,7 @@ class Estimate:
     held_bytes: int  # what the process holds already
     available_bytes: int  # memory available when estimated
     runner_one: int = 0  # the runner's estimate for one input
+    chunk: int = 1  # inputs per runner call (:func:`runner_chunk`): runner_bytes is for a call of this many
     seconds: float | None = None  # the whole run at the rate measured on its first inputs
     measured_on: float | None = None  # inputs the rate was measured on
 
@@ -93,8 +95,9 @@ def estimate_run(model: Any, task: Task, mode: str, inputs: int, fmt: Format, ar
     """The memory of running ``inputs`` inputs of ``task`` in ``mode`` (module docstring)."""
     T = task.length(model)
     batch = max(1, min(inputs, task.batch_inputs(model)))
-    return Estimate(mode, inputs, T, batch, task.input_bytes(model), runner_memory(model, fmt, arithmetic, device, T, batch),
-                    held_memory(), available_memory(), runner_memory(model, fmt, arithmetic, device, T, 1))
+    chunk = runner_chunk(model, fmt, arithmetic, device, T, batch)
+    return Estimate(mode, inputs, T, batch, task.input_bytes(model), runner_memory(model, fmt, arithmetic, device, T, chunk),
+                    held_memory(), available_memory(), runner_memory(model, fmt, arithmetic, device, T, 1), chunk=chunk)
 
 
 def runner_memory(model: Any, fmt: Format, arithmetic: str, device: str, T: int, batch: int) -> int:
@@ -104,6 +107,23 @@ def runner_memory(model: Any, fmt: Format, arithmetic: str, device: str, T: int,
     from exactformer.verify.executor.torch_run import torch_memory  # torch is imported here, when a float run is asked for
 
     return torch_memory(model, arithmetic, device, T, batch)
+
+
+def runner_chunk(model: Any, fmt: Format, arithmetic: str, device: str, T: int, batch: int) -> int:
+    """Inputs of a batch of ``batch`` per runner call: all of them where the runner's estimate stays
+    within :data:`RUNNER_BUDGET`, else the most that do (at least one; a bisection: the estimate
+    grows with the inputs). The verifier runs a task's batch in parts of this size, so what the
+    runner holds (its logits above all: k-hop's [B, N, N + 1]) is bounded whatever the batch."""
+    lo, hi = 1, max(1, batch)
+    if runner_memory(model, fmt, arithmetic, device, T, hi) <= RUNNER_BUDGET:
+        return hi
+    while lo < hi:  # the largest b in [lo, hi] that fits (lo always does, or is 1)
+        mid = (lo + hi + 1) // 2
+        if runner_memory(model, fmt, arithmetic, device, T, mid) <= RUNNER_BUDGET:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
 
 
 def refusal(est: Estimate, n: int) -> tuple[str, str] | None:
@@ -118,8 +138,11 @@ def refusal(est: Estimate, n: int) -> tuple[str, str] | None:
             f"(inputs {gib(est.batch * est.input_bytes)}, runner {gib(est.runner_bytes)}), {gib(est.available_bytes)} "
             f"available")
     if est.mode == "sample" and est.batch > 1:  # a batch of b inputs: b formed inputs, the runner affine in b
-        per = est.input_bytes + max(0, est.runner_bytes - est.runner_one) / (est.batch - 1)
-        fit = int((room - est.runner_one + per - est.input_bytes) // per) // 2  # samples s: 2s inputs, batches of up to 2s
+        if est.chunk < est.batch:  # the runner runs parts of est.chunk inputs already: only the inputs grow with b
+            fit = int((room - est.runner_bytes) // max(1, est.input_bytes)) // 2
+        else:
+            per = est.input_bytes + max(0, est.runner_bytes - est.runner_one) / (est.batch - 1)
+            fit = int((room - est.runner_one + per - est.input_bytes) // per) // 2  # samples s: 2s inputs, batches of up to 2s
         if fit >= 1:
             return "samples", f"{head}; --samples {fit} fits"
     scale = room / need

@@ -32,7 +32,7 @@ from exactformer.constructions.core.task import EXHAUSTIVE_LIMIT, Batch, Task, c
 from exactformer.precision import NO_CUDA, Format, cuda_available, float_format, parse_format
 from exactformer.verify.certify.composed import SEARCH_SECONDS, certify
 from exactformer.verify.errors import VerifyError
-from exactformer.verify.estimate import Meter, estimate_run, refusal
+from exactformer.verify.estimate import Meter, estimate_run, refusal, runner_chunk
 from exactformer.verify.executor.exact import run
 
 DEFAULT_SAMPLES = 1000  # sample mode's random inputs (plus as many adversarial ones) when none are given
@@ -130,44 +130,53 @@ def _runner(fmt: Format, arithmetic: str, device: str) -> Callable[..., Any]:
 def check_batches(model: CompiledModel, fmt: Format, batches: Iterable[Batch], device: str = "cpu",
                   progress: Callable[[int], None] | None = None,
                   arithmetic: str = "fixed") -> tuple[int, dict | None, Fraction | None, dict[str, int]]:
-    """Run batches; return (inputs run, first counterexample, min signed margin, summed counts)."""
+    """Run batches; return (inputs run, first counterexample, min signed margin, summed counts).
+    A batch is run in parts of :func:`~exactformer.verify.estimate.runner_chunk` inputs (the run's
+    estimate counts one part)."""
     covered, cex, min_margin = 0, None, None
     counts: dict[str, int] = {}
     runner = _runner(fmt, arithmetic, device)
     exact = arithmetic == "fixed" and fmt.is_exact
+    chunks: dict[tuple[int, int], int] = {}
     for b in batches:
-        ticked = [0.0]  # inputs of this batch the runner reported (fractions where an input is long)
-
-        def tick(k: float) -> None:
-            ticked[0] += k
-            progress(k)
-
-        res = runner(model, b.tokens, None if progress is None else tick)
-        for key, val in res.counts.items():
-            counts[key] = counts.get(key, 0) + int(val)
+        T = int(np.shape(b.tokens)[1])
         truth = np.asarray(b.truth).reshape(len(b), -1)  # [B, A]
-        if truth.shape != res.margin.shape:
-            raise VerifyError("model", f"its task gives truths of shape {truth.shape} for answers of shape "
-                                       f"{res.margin.shape}")
-        got = np.array([[a if a is not None else -1 for a in row] for row in res.answers]).reshape(truth.shape)
-        ok = (got == truth) & (np.asarray(res.margin) > 0)  # a tie is never right: torch's argmax picks the lowest index
-        signed = np.where(ok, res.margin, -res.margin)
-        m = Fraction(int(signed.min())) * fmt.step if exact else Fraction(float(signed.min()))
-        min_margin = m if min_margin is None else min(min_margin, m)
-        covered += len(truth)
-        if progress is not None and len(truth) > ticked[0]:
-            progress(len(truth) - ticked[0])
-        wrong = np.flatnonzero(~ok.all(axis=1))
-        if wrong.size:
-            i = int(wrong[0])
-            a = int(np.flatnonzero(~ok[i])[0])
-            multi = truth.shape[1] > 1
-            cex = {"input": b.example(i), "expected": _plain(b.truth[i]),
-                   "got": _plain(res.answers[i] if multi else res.answers[i][0]),
-                   "answer_position": int(model.answer_positions_for(b.tokens.shape[1])[a]) if multi else None,
-                   "logits": [str(fmt.to_fraction(int(v))) if exact else float(v) for v in res.logits[i, a]],
-                   "arithmetic": fmt.name if arithmetic == "fixed" else arithmetic}
-            break
+        if (T, len(b)) not in chunks:
+            chunks[T, len(b)] = runner_chunk(model, fmt, arithmetic, device, T, len(b))
+        step = chunks[T, len(b)]
+        for s in range(0, len(b), step):
+            ticked = [0.0]  # inputs of this part the runner reported (fractions where an input is long)
+
+            def tick(k: float) -> None:
+                ticked[0] += k
+                progress(k)
+
+            res = runner(model, b.tokens if step >= len(b) else b.tokens[s : s + step], None if progress is None else tick)
+            for key, val in res.counts.items():
+                counts[key] = counts.get(key, 0) + int(val)
+            part = truth[s : s + step]
+            if part.shape != res.margin.shape:
+                raise VerifyError("model", f"its task gives truths of shape {part.shape} for answers of shape "
+                                           f"{res.margin.shape}")
+            got = np.array([[a if a is not None else -1 for a in row] for row in res.answers]).reshape(part.shape)
+            ok = (got == part) & (np.asarray(res.margin) > 0)  # a tie is never right: torch's argmax picks the lowest index
+            signed = np.where(ok, res.margin, -res.margin)
+            m = Fraction(int(signed.min())) * fmt.step if exact else Fraction(float(signed.min()))
+            min_margin = m if min_margin is None else min(min_margin, m)
+            covered += len(part)
+            if progress is not None and len(part) > ticked[0]:
+                progress(len(part) - ticked[0])
+            wrong = np.flatnonzero(~ok.all(axis=1))
+            if wrong.size:
+                j = int(wrong[0])
+                i, a = s + j, int(np.flatnonzero(~ok[j])[0])
+                multi = truth.shape[1] > 1
+                cex = {"input": b.example(i), "expected": _plain(b.truth[i]),
+                       "got": _plain(res.answers[j] if multi else res.answers[j][0]),
+                       "answer_position": int(model.answer_positions_for(T)[a]) if multi else None,
+                       "logits": [str(fmt.to_fraction(int(v))) if exact else float(v) for v in res.logits[j, a]],
+                       "arithmetic": fmt.name if arithmetic == "fixed" else arithmetic}
+                return covered, cex, min_margin, counts
     return covered, cex, min_margin, counts
 
 

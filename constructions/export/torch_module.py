@@ -292,13 +292,16 @@ class ExactformerTorch(nn.Module):
         for li, L in enumerate(layers):
             R = R_last if li == len(layers) - 1 else T
             H, dqk, dv = L.q.W.shape[0], L.q.W.shape[2], L.v.W.shape[2]
-            proj = H * (2 * T * (dqk + dv) + 2 * R * dqk) * B + B * chunk * max(len(L.q.rows), len(L.k.rows), len(L.v.rows), 1)
-            rows = self.query_chunk or max(1, SCORE_BLOCK // (B * H * T))
-            attn = 3 * B * H * min(rows, R) * T + 2 * B * H * R * dv
+            Bq, Bk, Bv = (1 if p.source == "position" else B for p in (L.q, L.k, L.v))  # position rows: one copy
+            proj = 2 * H * (Bq * R * dqk + Bk * T * dqk + Bv * T * dv) \
+                + B * chunk * max(len(L.q.rows), len(L.k.rows), len(L.v.rows), 1)
+            rows = self.query_chunk or max(1, SCORE_BLOCK // (max(Bq, Bk) * H * T))  # as _attention blocks them
+            attn = 3 * max(Bq, Bk) * H * min(rows, R) * T + 2 * B * H * R * dv
             mlp = B * R * (len(L.mlp_at) + 2 * L.W_in.shape[1] + 2 * len(L.out_at) + 2 * len(L.o_at))
             resid = B * (T * len(L.live_in) * (2 if li else 1) + 2 * R * len(L.mid_at))
             peak = max(peak, (proj + attn + mlp + resid) * s)
-        return int(fixed + peak)
+        logits = B * R_last * (2 * len(self.answers) + self._layers()[1].shape[0])  # x (its rows), x W_U, + b_U
+        return int(fixed + max(peak, logits * s))
 
     # ---- embeddings ----------------------------------------------------------------------------
     def _pos_rows(self, at: Any) -> Any:

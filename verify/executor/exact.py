@@ -103,6 +103,14 @@ def decode_logits(model: CompiledModel, logits: np.ndarray) -> tuple[list[list[A
     return answers, margin
 
 
+def logits_memory(B: int, A: int, V: int, itemsize: int) -> int:
+    """Bytes the [B, A, V] logits of one call hold at their peak: the parts and their concatenation,
+    then :func:`decode_logits`'s copy (``np.where``) and its mask -- three arrays of ``itemsize``
+    and one of bools (k-hop answers at every position over N + 1 answers: 134 MB per input at
+    N = 4096 in int64, more than the rest of the run)."""
+    return B * A * V * (3 * itemsize + 1)
+
+
 @functools.singledispatch
 def run(model: Any, tokens: Any, fmt: Format, device: str = "cpu", batch_size: int | None = None) -> RunResult:
     """Run ``model`` on token ids ``tokens`` [B, T] (or [T]) under ``fmt``: the executor of the model's
@@ -364,7 +372,8 @@ class _Plan:
         per_input = self.entries_per_input
         if self._d0 is not None and all(pos.size < self.T for pos in self.block_pos):
             per_input = per_input // self.T * int(self.answer_pos.size)
-        return 8 * 4 * (part * per_input + ATTENTION_BLOCK_ENTRIES)
+        return 8 * 4 * (part * per_input + ATTENTION_BLOCK_ENTRIES) + \
+            logits_memory(batch, int(self.answer_pos.size), len(self.model.answers), 8)
 
     @functools.cached_property
     def allpos(self) -> np.ndarray:

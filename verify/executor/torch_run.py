@@ -72,7 +72,11 @@ def torch_memory(model: Any, dtype: str, device: str, T: int, batch: int) -> int
 def _memory_transformer(model: CompiledModel, dtype: str, device: str, T: int, batch: int) -> int:
     module = torch_module(model, _dtype(dtype), device)
     weights = sum(b.numel() * b.element_size() for b in module.buffers())
-    return weights + module.memory(T, min(batch, _batch_size(module, T)))
+    # the logits of every input as float64, decoded (decode_logits: a copy and a mask), and one module
+    # batch's logits at the answer positions (a copy) before they are written there
+    A, V, bs = len(model.answer_positions_for(T)), len(model.answers), min(batch, _batch_size(module, T))
+    logits = batch * A * V * (2 * 8 + 1) + bs * A * V * max(8, DTYPES[_dtype(dtype)].itemsize)
+    return weights + module.memory(T, bs) + logits
 
 
 @torch_memory.register
@@ -113,16 +117,15 @@ def run_torch_transformer(model: CompiledModel, tokens: np.ndarray, dtype: str =
     pos = model.answer_positions_for(T)
     out_pos = module.output_positions(T)
     at = None if np.array_equal(out_pos, pos) else torch.as_tensor(np.searchsorted(out_pos, pos))
-    parts = []
+    logits = np.empty((len(tokens), pos.size, len(model.answers)), np.float64)  # filled batch by batch
     with torch.no_grad():
         for s in range(0, len(tokens), batch_size):
             vec = None if vectors is None else torch.as_tensor(vectors[s : s + batch_size], dtype=torch.float64)
             out = module(torch.as_tensor(tokens[s : s + batch_size]), vec)
             out = (out if at is None else out[:, at.to(out.device)]).cpu()
-            parts.append((out if out.dtype in (torch.float32, torch.float64) else out.double()).numpy().astype(np.float64))
+            logits[s : s + len(out)] = (out if out.dtype in (torch.float32, torch.float64) else out.double()).numpy()
             if progress is not None:
                 progress(len(out))
-    logits = np.concatenate(parts) if parts else np.zeros((0, pos.size, len(model.answers)))
     answers, margin = decode_logits(model, logits)
     return RunResult(logits, answers, margin, {})
 
