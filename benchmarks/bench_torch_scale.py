@@ -15,7 +15,9 @@ and torch float32 sampling against the exact executor.
   one input in a fresh process that never imports exactformer. Goal at N = 2^20: <= 10 s, <= 4 GB.
 * ``sampling``: ``xf.verify(m, mode="sample", samples=S)`` with the exact executor and with
   ``arithmetic="float32"`` (the torch module) on the same inputs, one process, 1 torch thread, for
-  Index Lookup, Equality and k-hop; and the same inputs one at a time. Goal: torch >= exact.
+  Index Lookup, Equality and k-hop; and the same inputs one at a time. Goal: torch >= exact. Beside
+  it the machine's ceiling for the module: its FLOPs per input (``module_flops``) at the float32
+  matmul throughput of the same thread.
 * ``lens``: TransformerLens's forward pass on one Index Lookup input, its peak resident memory over
   the memory before it, as a multiple c of T^2 x 4 bytes (the formula of docs/exports.md).
 
@@ -113,6 +115,32 @@ def one_plain(n: int, out: Path) -> dict:
             "files_bytes": sum(f.stat().st_size for f in model_dir.iterdir())}
 
 
+def module_flops(module, T: int) -> float:
+    """Floating-point operations of one input in ``module`` (an ExactformerTorch) beyond those
+    shared by every input: the scores where the query or the key depends on the input, the weighted
+    values (every key a query sees: (q + 1) keys under a causal mask), the projections of the
+    input's rows, the MLP and the unembedding at the rows computed. The float32 pass cannot skip
+    any (its attention weights are nonzero), so this at the measured matmul throughput is the
+    machine's ceiling for the module."""
+    import numpy as np
+
+    layers, W_U = module._layers()
+    out_pos = module.output_positions(T)
+    total = 0.0
+    for li, L in enumerate(layers):
+        qpos = out_pos if li == len(layers) - 1 else np.arange(T)
+        seen = float(np.sum(qpos + 1)) if L.causal else float(len(qpos) * T)
+        H, dqk, dv = L.q.W.shape[0], L.q.W.shape[2], L.v.W.shape[2]
+        if not L.q.source == L.k.source == "position":
+            total += 2 * H * seen * dqk
+        total += 2 * H * seen * dv
+        for p, rows in ((L.q, len(qpos)), (L.k, T), (L.v, T)):
+            if p.source == "input":
+                total += 2 * H * rows * len(p.rows) * p.W.shape[2]
+        total += 2 * len(qpos) * (L.W_in.shape[0] * L.W_in.shape[1] + L.W_out.shape[0] * L.W_out.shape[1])
+    return total + 2 * len(out_pos) * W_U.shape[0] * W_U.shape[1]
+
+
 def one_sampling(n: int, samples: dict, device: str = "cpu") -> list[dict]:
     import numpy as np
     import torch
@@ -145,6 +173,13 @@ def one_sampling(n: int, samples: dict, device: str = "cpu") -> list[dict]:
                 fn(tokens[i : i + 1])
             row[label] = round(len(tokens) / (time.perf_counter() - t0), 2)
         row["ratio_batched"] = round(row["torch_float32_per_s"] / row["exact_per_s"], 2)
+        from exactformer.verify.executor.torch_run import torch_module
+
+        flops = module_flops(torch_module(c, "float32", device), m.task.length(c))
+        row["torch_flops_per_input"] = flops
+        row["matmul_gflops_1_thread"] = round(matmul_gflops(device), 1)
+        row["torch_ceiling_per_s"] = round(row["matmul_gflops_1_thread"] * 1e9 / flops, 1)  # the module at the matmul rate
+        row["torch_of_ceiling"] = round(row["torch_float32_per_s"] / row["torch_ceiling_per_s"], 2)
         row["ratio_one_at_a_time"] = round(row["torch_float32_one_at_a_time_per_s"] / row["exact_one_at_a_time_per_s"], 2)
         rows.append(row)
     return rows
