@@ -213,9 +213,12 @@ def test_first_layer_projections_are_the_dense_ones(name: str):
             x[..., vi.col : vi.col + vi.width] += vectors.to(dtype)
         L = net._layers()[0][0]
         uniq, inv = torch.unique(tokens, return_inverse=True)
-        E = torch.as_tensor(embedding_rows_float(model.embed, uniq.numpy()), dtype=dtype)
-        ctx = {"E": E, "inv": inv, "vectors": None if vectors is None else vectors.to(dtype), "T": T, "B": B}
-        for p in (L.q, L.k, L.v):
+        vec = None if vectors is None else vectors.to(dtype)
+        batch = {"E": torch.as_tensor(embedding_rows_float(model.embed, uniq.numpy()), dtype=dtype), "inv": inv,
+                 "vectors": vec, "T": T, "B": B, "vocabulary": False}  # the rows of the batch's distinct ids
+        every = {"E": torch.as_tensor(embedding_rows_float(model.embed, np.arange(model.d_vocab)), dtype=dtype),
+                 "inv": tokens.long(), "vectors": vec, "T": T, "B": B, "vocabulary": True}  # of the vocabulary, kept
+        for p, ctx in ((p, ctx) for p in (L.q, L.k, L.v) for ctx in (batch, every, every)):
             SOURCES.add(p.source)
             got = net._project(ctx, 0, p, slice(0, T), None)
             want = torch.einsum("btd,hde->bhte", x[..., p.rows], p.W) + p.b[None, :, None, :]

@@ -134,9 +134,10 @@ class ExactformerTorch(nn.Module):
     scores. Queries and keys that depend on the position alone (columns only W_pos fills, before
     any block writes them) are computed once per length, without the batch, and kept up to
     :data:`POSITION_CACHE_BYTES` (with their softmax rows where both do); projections that read
-    columns only the token embedding fills are computed once per distinct token id of the batch and
-    looked up by position (the same products and sums as at each position: the position adds exact
-    zeros there).
+    columns only the token embedding fills are computed once per token id and looked up by position
+    (the same products and sums as at each position: the position adds exact zeros there) -- over
+    the whole vocabulary, kept, where ``W_E`` takes at most 1/8 of the cache, else over the batch's
+    distinct ids.
     """
 
     def __init__(self, model: CompiledModel, dtype, device=None, positions: str | None = None,
@@ -350,8 +351,13 @@ class ExactformerTorch(nn.Module):
                 out = self._affine(lambda s: self._pos_rows(s).index_select(1, p.rows)[None], p, at)
                 self._keep(key, out, out.numel() * out.element_size())
             return out
-        if p.source == "token":  # x W + b for each distinct token id of the batch, then looked up by position
-            table = self._affine_block(ctx["E"].index_select(1, p.rows)[None], p)[0].transpose(0, 1)  # [U, H, dims]
+        if p.source == "token":  # x W + b for each token id (of the vocabulary, kept; or of the batch), looked up
+            key = ("token", li, id(p))
+            table = self._cache.get(key) if ctx["vocabulary"] else None
+            if table is None:
+                table = self._affine_block(ctx["E"].index_select(1, p.rows)[None], p)[0].transpose(0, 1)  # [U, H, dims]
+                if ctx["vocabulary"]:
+                    self._keep(key, table, table.numel() * table.element_size())
             ids = ctx["inv"][:, at]  # index_select: a plain gather (advanced indexing took 4x as long at T = 4097)
             return table.reshape(table.shape[0], -1).index_select(0, ids.reshape(-1)) \
                 .view(ids.shape + table.shape[1:]).transpose(1, 2)
@@ -448,7 +454,14 @@ class ExactformerTorch(nn.Module):
             if tuple(vectors.shape) != (B, T, vi.width):
                 raise ValueError(f"vectors must have shape {(B, T, vi.width)}, got {tuple(vectors.shape)}")
         layers, W_U = self._layers()
-        if self.d_vocab <= 16 * tokens.numel():  # the distinct ids without a sort: a table over the vocabulary
+        E = self._cache.get("W_E")
+        if E is None and self.d_vocab * self.exact_model.d_model * ref.element_size() <= POSITION_CACHE_BYTES // 8:
+            E = torch.as_tensor(embedding_rows_float(self.exact_model.embed, np.arange(self.d_vocab)), dtype=ref.dtype,
+                                device=ref.device)  # a small vocabulary: W_E kept, the token ids index it
+            self._keep("W_E", E, E.numel() * E.element_size())
+        if E is not None:
+            inv = tokens.long()
+        elif self.d_vocab <= 16 * tokens.numel():  # the distinct ids without a sort: a table over the vocabulary
             present = torch.zeros(self.d_vocab, dtype=torch.bool, device=ref.device)
             flat = tokens.reshape(-1).long()
             present.index_fill_(0, flat, True)
@@ -458,9 +471,11 @@ class ExactformerTorch(nn.Module):
             inv = lut.index_select(0, flat).view(tokens.shape)
         else:
             uniq, inv = torch.unique(tokens, return_inverse=True)
-        E = torch.as_tensor(embedding_rows_float(self.exact_model.embed, uniq.cpu().numpy()), dtype=ref.dtype,
-                            device=ref.device)
-        ctx = {"E": E, "inv": inv, "vectors": vectors, "T": T, "B": B}
+        vocabulary = E is not None and "W_E" in self._cache  # rows of the whole vocabulary: tables over it are kept
+        if E is None:
+            E = torch.as_tensor(embedding_rows_float(self.exact_model.embed, uniq.cpu().numpy()), dtype=ref.dtype,
+                                device=ref.device)
+        ctx = {"E": E, "inv": inv, "vectors": vectors, "T": T, "B": B, "vocabulary": vocabulary}
         every, out_pos = slice(0, T), self.output_positions(T)
         x = None  # the residual stream at every position on the block's live_in columns (before the last block)
         for li, L in enumerate(layers):
