@@ -121,11 +121,26 @@ def test_tabulated_hidden_states_run_as_the_steps(monkeypatch):
             monkeypatch.setattr(recurrent, "TABLE_MIN_STEPS", 1 << 60)
             steps = run(model, batch.tokens, fmt)
             monkeypatch.setattr(recurrent, "TABLE_MIN_STEPS", 0)
-            table = run(model, batch.tokens, fmt)
+            # built without a budget and kept, so that the run below reads it whatever its own T x B
             assert recurrent.state_table(model, fmt, recurrent.Weights(model, fmt)) is not None, name
+            table = run(model, batch.tokens, fmt)
             assert np.array_equal(steps.logits, table.logits) and steps.counts == table.counts, name
             saturated += steps.counts["saturations"]
     assert saturated > 0  # the mutant's steps saturate: the tabulated counts are the steps' counts
+
+
+def test_the_state_table_is_not_built_where_it_costs_more_than_the_run():
+    """Index Lookup's RNN holds the whole string in its state (2^256 states): within a run's budget
+    of T x B steps the tabulation gives up after one block of states, keeps nothing, and the run
+    steps through its inputs; Dyck's few states are tabulated within any run long enough to ask."""
+    il = xf.build("index-lookup-rnn", n=256).compiled
+    fmt = parse_format(il.precision)
+    recurrent._TABLES.clear()
+    assert recurrent.state_table(il, fmt, recurrent.Weights(il, fmt), budget=257 * 200) is None
+    assert not recurrent._TABLES  # not kept: a longer run may still afford it
+    dyck_model = xf.build("dyck-rnn", n=1 << 10).compiled
+    dfmt = parse_format(dyck_model.precision)
+    assert recurrent.state_table(dyck_model, dfmt, recurrent.Weights(dyck_model, dfmt), budget=1 << 14) is not None
 
 
 # ---- Dyck strings generated on demand ---------------------------------------------------------------
@@ -237,27 +252,24 @@ def test_a_batch_runs_in_parts_within_the_runner_budget(monkeypatch, arithmetic)
 
 def test_the_measured_peak_stays_within_the_estimate_in_a_fresh_process():
     """k-hop at N = 2048 answers at 2048 positions over 2049 answers (33 MB of float64 logits per
-    input): in a fresh process, a sampled run's resident peak stays within its own estimate, in the
-    exact arithmetic and through torch in float32."""
+    input): in a fresh process for each run, a sampled run's resident peak stays within its own
+    estimate, in the exact arithmetic and through torch in float32; and Index Lookup's RNN, whose
+    state tabulation once took 4.9 GB under an estimate of 66 MiB."""
     import json
     import subprocess
     import sys
 
     code = (
-        "import json, resource, warnings; warnings.simplefilter('ignore')\n"
+        "import json, resource, sys, warnings; warnings.simplefilter('ignore')\n"
         "import exactformer as xf\n"
-        "from exactformer.verify import estimate\n"
         "import exactformer.verify.executor.torch_run\n"
-        "m = xf.build('k-hop', n=2048, k=2); out = {}\n"
-        "for arith in ('fixed', 'float32'):\n"
-        "    xf.verify(m, mode='sample', samples=1, arithmetic=arith)\n"
-        "base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024\n"
-        "for arith in ('fixed', 'float32'):\n"
-        "    r = xf.verify(m, mode='sample', samples=12, arithmetic=arith)\n"
-        "    e = r.details['estimate']\n"
-        "    out[arith] = [r.passed, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024, e['memory'], e['chunk']]\n"
-        "print(json.dumps(out))\n")
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600, check=True)
-    out = json.loads(proc.stdout.strip().splitlines()[-1])
-    for arith, (passed, peak, est, chunk) in out.items():
-        assert passed and peak <= est, (arith, peak, est, chunk)
+        "name, n, arith, samples = sys.argv[1], int(sys.argv[2]), sys.argv[3], int(sys.argv[4])\n"
+        "m = xf.build(name, n=n)\n"
+        "r = xf.verify(m, mode='sample', samples=samples, arithmetic=arith)\n"
+        "e = r.details['estimate']\n"
+        "print(json.dumps([r.passed, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024, e['memory'], e['chunk']]))\n")
+    for case in (("k-hop", 2048, "fixed", 12), ("k-hop", 2048, "float32", 12), ("index-lookup-rnn", 256, "fixed", 100)):
+        proc = subprocess.run([sys.executable, "-c", code, *map(str, case)], capture_output=True, text=True, timeout=600,
+                              check=True)
+        passed, peak, est, chunk = json.loads(proc.stdout.strip().splitlines()[-1])
+        assert passed and peak <= est, (case, peak, est, chunk)

@@ -159,11 +159,16 @@ def integer_step(w: Weights, h: np.ndarray, tokens: np.ndarray) -> tuple[np.ndar
     return np.clip(pre, max(lo, 0), hi).T, sat  # saturated once, then relu
 
 
-def state_table(model: RNNModel, fmt: Format, w: Weights) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+def state_table(model: RNNModel, fmt: Format, w: Weights,
+                budget: int | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
     """Every hidden state reachable from h_0 (integer weights), as (states [S, H], next [S, d_vocab]
     state indices, saturations [S, d_vocab] of each step), by :func:`integer_step` from the states
     found so far under every token until no new one appears; None beyond :data:`STATE_LIMIT` states
-    or without integer weights. Kept per (model, format)."""
+    or without integer weights. States are stepped a few at a time (:data:`STEP_ENTRIES` units in
+    all), and at most ``budget`` steps are spent (a run's own T x B steps: a table that costs more than
+    the run is not built for it; None, and nothing kept). Index Lookup's RNN, whose state holds the
+    whole string, stepped 4,096 states x 258 tokens at once before (4.9 GB, 5-17 s) for 200 inputs of
+    257 steps. Kept per (model, format)."""
     key = (model.fingerprint(), fmt.name)
     if key in _TABLES:
         return _TABLES[key]
@@ -173,8 +178,11 @@ def state_table(model: RNNModel, fmt: Format, w: Weights) -> tuple[np.ndarray, n
         states, index, nxt, sat = [np.asarray(w.h0, dtype=np.int64)], {}, [], []
         index[states[0].tobytes()] = 0
         done = 0
-        while done < len(states) and len(states) <= STATE_LIMIT:
-            hs = np.stack(states[done:])
+        per = max(1, STEP_ENTRIES // (V * max(1, model.hidden)))  # states stepped at once: STEP_ENTRIES units
+        while done < len(states) and len(states) <= STATE_LIMIT:  # a model with more states stops early
+            if budget is not None and (done + min(per, len(states) - done)) * V > budget:
+                return None  # dearer than the run it is for: not built, nothing kept
+            hs = np.stack(states[done : done + per])
             out, cnt = integer_step(w, np.repeat(hs, V, axis=0), np.tile(np.arange(V), len(hs)))
             for row, c in zip(out.reshape(len(hs), V, -1), cnt.reshape(len(hs), V)):
                 ids = []
@@ -221,7 +229,10 @@ def check_tokens(model: RNNModel, tokens: Any, shortest: int = 1) -> np.ndarray:
 def _memory_recurrent(model: RNNModel, fmt: Format, T: int, batch: int, device: str = "cpu") -> int:
     """A part of the batch's hidden states and one chunk of its token ids (besides the inputs)."""
     part = min(batch, max(1, STEP_ENTRIES // max(1, model.hidden)))
-    return 8 * 4 * part * (model.hidden + model.d_input + min(T, CHUNK))
+    table = 0
+    if T * batch >= TABLE_MIN_STEPS:  # the tabulation of the states: its steps and the table
+        table = 8 * 4 * STEP_ENTRIES + 8 * (STATE_LIMIT + 1) * (model.hidden + 2 * model.d_vocab)
+    return 8 * 4 * part * (model.hidden + model.d_input + min(T, CHUNK)) + table
 
 
 @run.register
@@ -248,7 +259,7 @@ def run_recurrent(model: RNNModel, tokens: Any, fmt: Format, device: str = "cpu"
     at[pos] = True
     if batch_size is None:
         batch_size = max(1, STEP_ENTRIES // max(1, model.hidden * w.entries))
-    table = state_table(model, fmt, w) if T * B >= TABLE_MIN_STEPS else None
+    table = state_table(model, fmt, w, budget=T * B) if T * B >= TABLE_MIN_STEPS else None
     fmt.reset_counts()
     parts = []
     for s in range(0, B, batch_size):
