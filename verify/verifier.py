@@ -447,7 +447,8 @@ def verify(model: Any, mode: str | None = None, fmt: Format | str | None = None,
     the task); a mode the construction does not declare is refused (smt: one it does not encode).
     None (the default): the strongest mode it has (:func:`choose_mode`), and the report's
     ``mode_reason`` says why; smt chosen so runs for at most ``smt_timeout`` (default 60 s) and
-    samples if that runs out. ``samples`` and ``seed`` apply to sample mode only,
+    samples if that runs out; certify chosen so that is unproven without a counterexample is
+    followed by exhaustive where the inputs fit :data:`EXHAUSTIVE_LIMIT` (not for "real"). ``samples`` and ``seed`` apply to sample mode only,
     ``smt_timeout`` (seconds, default 600 with mode smt) to smt.
     ``arithmetic``: "fixed" (the exact executor under ``fmt``), "real", or a float dtype of
     :data:`FLOAT_DTYPES` (float64, float32, bfloat16, float16): the model as torch runs its exported
@@ -523,10 +524,18 @@ def verify(model: Any, mode: str | None = None, fmt: Format | str | None = None,
         cert = certify(model, fmt, task, device=device,
                        run_candidates=counterexample_runner(fmt, device, arithmetic), progress=phase,
                        arithmetic=arithmetic, search_seconds=budget)
-        return Report(**base, passed=cert.passed, inputs_covered="all" if cert.passed else 0,
-                      seconds=time.perf_counter() - t0,
-                      min_margin=None if cert.min_margin is None else str(cert.min_margin),
-                      counterexample=cert.counterexample, reason=cert.reason, details=cert.details)
+        fallback = why is not None and not cert.passed and cert.counterexample is None and arithmetic != "real" \
+            and "exhaustive" in task.modes and exhaustive_refusal(task, model, EXHAUSTIVE_LIMIT) is None
+        if not fallback:
+            return Report(**base, passed=cert.passed, inputs_covered="all" if cert.passed else 0,
+                          seconds=time.perf_counter() - t0,
+                          min_margin=None if cert.min_margin is None else str(cert.min_margin),
+                          counterexample=cert.counterexample, reason=cert.reason, details=cert.details)
+        # chosen by default, unproven, and every input fits: they are all run (a default run does not
+        # print FAIL for a model that is right; nearest neighbour at N = 2, one candidate, no pointer variable)
+        mode = "exhaustive"
+        why = f"{why}; {cert.reason}; exhaustive: {COVERS['exhaustive']}"
+        base |= _base(model, fmt, mode, None) | dict(mode_reason=why)
     if shard:
         from exactformer.verify.distributed.shards import sharded  # dask is imported here, when asked for
 

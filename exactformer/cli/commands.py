@@ -120,7 +120,8 @@ VERIFY_OPTIONS = [
         help=f"{' | '.join(VERIFY_MODES)}: certify ({COVERS['certify']}), exhaustive ({COVERS['exhaustive']}, at most "
              f"{format_count(EXHAUSTIVE_LIMIT)} inputs), smt ({COVERS['smt']}, docs/smt.md; needs z3: pip install -e "
              f"'.[smt]'), sample ({COVERS['sample']}). Default: the strongest mode the construction has (certify "
-             "where it has a certificate, else exhaustive where the inputs fit, else smt where z3 is installed and "
+             "where it has a certificate -- unproven, it is followed by exhaustive where the inputs fit --, else "
+             "exhaustive where the inputs fit, else smt where z3 is installed and "
              "the model is small enough -- out of time after 60 s it samples --, else sample), named in the report; "
              "a mode it does not have is refused")),
     _opt("smt_timeout", Optional[str], typer.Option(
