@@ -448,7 +448,8 @@ def verify(model: Any, mode: str | None = None, fmt: Format | str | None = None,
     None (the default): the strongest mode it has (:func:`choose_mode`), and the report's
     ``mode_reason`` says why; smt chosen so runs for at most ``smt_timeout`` (default 60 s) and
     samples if that runs out; certify chosen so that is unproven without a counterexample is
-    followed by exhaustive where the inputs fit :data:`EXHAUSTIVE_LIMIT` (not for "real"). ``samples`` and ``seed`` apply to sample mode only,
+    followed by exhaustive where the inputs fit :data:`EXHAUSTIVE_LIMIT` (not for "real", nor
+    with a ``search_seconds``, which asks for certify). ``samples`` and ``seed`` apply to sample mode only,
     ``smt_timeout`` (seconds, default 600 with mode smt) to smt.
     ``arithmetic``: "fixed" (the exact executor under ``fmt``), "real", or a float dtype of
     :data:`FLOAT_DTYPES` (float64, float32, bfloat16, float16): the model as torch runs its exported
@@ -524,8 +525,9 @@ def verify(model: Any, mode: str | None = None, fmt: Format | str | None = None,
         cert = certify(model, fmt, task, device=device,
                        run_candidates=counterexample_runner(fmt, device, arithmetic), progress=phase,
                        arithmetic=arithmetic, search_seconds=budget)
-        fallback = why is not None and not cert.passed and cert.counterexample is None and arithmetic != "real" \
-            and "exhaustive" in task.modes and exhaustive_refusal(task, model, EXHAUSTIVE_LIMIT) is None
+        fallback = why is not None and search_seconds is None and not cert.passed and cert.counterexample is None \
+            and arithmetic != "real" and "exhaustive" in task.modes \
+            and exhaustive_refusal(task, model, EXHAUSTIVE_LIMIT) is None  # a search budget given: certify asked for
         if not fallback:
             return Report(**base, passed=cert.passed, inputs_covered="all" if cert.passed else 0,
                           seconds=time.perf_counter() - t0,
