@@ -250,6 +250,7 @@ def test_a_batch_runs_in_parts_within_the_runner_budget(monkeypatch, arithmetic)
     assert one[1] is not None and split[1] == one[1]
 
 
+@pytest.mark.slow
 def test_the_measured_peak_stays_within_the_estimate_in_a_fresh_process():
     """k-hop at N = 2048 answers at 2048 positions over 2049 answers (33 MB of float64 logits per
     input): in a fresh process for each run, a sampled run's resident peak stays within its own
