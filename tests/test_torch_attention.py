@@ -257,3 +257,46 @@ def test_cuda_module_answers_as_the_cpu_module(name: str):
         assert gpu.device.type == "cuda"
         assert decode_logits(model, gpu.double().cpu().numpy())[0] == decode_logits(model, cpu.double().numpy())[0]
         assert float((gpu.cpu() - cpu).abs().max()) <= 64 * torch.finfo(dtype).eps * max(1.0, float(cpu.abs().max()))
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_module_is_the_dense_pass_for_every_weight_edited(name: str, monkeypatch):
+    """What the module leaves out (zero biases, unit weights, zero dims and columns), computes once
+    (rows per token id or per position), sums through a table (``embedding_bag``) or runs in groups
+    of rows is the dense pass: every construction, float64, at every position, as built and after
+    each of its weights (every buffer, iterated) is edited at one entry -- a zero bias made nonzero,
+    a unit weight made 1.375 -- within a few units of the roundoff. Small row groups and score
+    blocks split every block."""
+    import exactformer.constructions.export.torch_module as tm
+
+    monkeypatch.setattr(tm, "ROW_GROUP", 2)
+    model = _model(name)
+    tokens, vectors = _inputs(model, 5, seed=7)
+    net = _net(model, torch.float64, positions="all", query_chunk=2)
+    state = {k: v.clone() for k, v in net.state_dict().items()}
+    edits = [None] + list(state)
+    for edit in edits:
+        sd = {k: v.clone() for k, v in state.items()}
+        if edit is not None:
+            if not sd[edit].numel():
+                continue
+            flat = sd[edit].view(-1)
+            flat[int(torch.argmax((flat == 0).to(torch.int8) + 2 * (flat == 1).to(torch.int8)))] += 0.375
+        net.load_state_dict(sd)
+        got = _run(net, tokens, vectors)
+        with torch.no_grad():
+            want = net.dense_forward(tokens, vectors)[0]
+        tol = 1e-9 * max(1.0, float(want.abs().max()))
+        assert got.shape == want.shape and float((got - want).abs().max()) <= tol, (name, edit)
+
+
+def test_token_values_weighted_sum_is_the_product():
+    """``_TokenValues.weighted`` (a table per token id summed with the pattern's weights) is
+    ``pattern @ v`` for several heads, query rows and inputs (its output order is [B, H, r, dv])."""
+    from exactformer.constructions.export.torch_module import _TokenValues
+
+    g = torch.Generator().manual_seed(0)
+    for B, H, r, U, T, dv in ((1, 2, 3, 5, 7, 4), (4, 3, 1, 6, 9, 2), (3, 1, 5, 4, 6, 1)):
+        tv = _TokenValues(torch.randn(U, H, dv, generator=g, dtype=torch.float64), torch.randint(0, U, (B, T), generator=g))
+        pattern = torch.rand(B, H, r, T, generator=g, dtype=torch.float64)
+        assert torch.allclose(tv.weighted(pattern), pattern @ tv.gathered(), rtol=0, atol=1e-12)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Iterator
 
 import numpy as np
 import torch
@@ -58,6 +58,13 @@ POSITION_CACHE_BYTES = 1 << 28
 #: positions per block where rows of W_pos are generated and projections computed
 POSITION_CHUNK = 1 << 14
 POSITIONS = ("answers", "all")
+#: a block of at most this many query rows whose weights differ per input, over value rows that read
+#: token columns only, sums its table rows weighted (``embedding_bag``) instead of gathering
+#: [B, T, dv] values first (Index Lookup at N = 4096: 0.7 ms against 2.5-3.5 ms per 128 inputs)
+BAG_ROWS = 16
+#: the rest of a block (W_O, the residual adds, the MLP) runs over groups of at least this many query
+#: rows as their attention rows are done, so that its [B, rows, columns] tensors stay in cache
+ROW_GROUP = 256
 
 
 def default_positions(model: CompiledModel) -> str:
@@ -87,7 +94,39 @@ class _Proj:
     W: Any
     b: Any
     source: str
-    monomial: Any = None  # (source row, weight) [H, dims] each where every column of W has one nonzero
+    monomial: Any = None  # (source row, weight or None where every weight is 1) [H, dims] each where every column of W has one nonzero
+    zero_bias: bool = False  # b is identically 0: not added (x + 0 = x exactly)
+
+
+def _plus(x: Any, b: Any) -> Any:
+    """x + b, or x where the bias is identically 0 (None): adding an exact 0 changes no float."""
+    return x if b is None else x + b
+
+
+@dataclass
+class _TokenValues:
+    """Value rows that read token columns only: ``table`` [U, H, dv] (x W_V + b_V per token id) and
+    the ids ``ids`` [B, T] that index it; v = table[ids], gathered only where a block needs it."""
+
+    table: Any
+    ids: Any
+
+    def gathered(self) -> Any:
+        """v [B, H, T, dv]."""
+        t, ids = self.table, self.ids
+        return t.reshape(t.shape[0], -1).index_select(0, ids.reshape(-1)).view(ids.shape + t.shape[1:]).transpose(1, 2)
+
+    def weighted(self, pattern: Any) -> Any:
+        """z = pattern v for ``pattern`` [B, H, r, keys] (keys from position 0): per input, query row
+        and head, the sum of its weights times their table rows ([B, H, r, dv]). The same products
+        and sum as ``pattern @ v`` in another order (the float certificates enclose every order)."""
+        B, H, r, keys = pattern.shape
+        ids = self.ids[:, :keys]
+        if r > 1:
+            ids = ids[:, None].expand(B, r, keys).reshape(B * r, keys)
+        z = [nn.functional.embedding_bag(ids, self.table[:, h].contiguous(), per_sample_weights=pattern[:, h].reshape(B * r, keys),
+                                         mode="sum") for h in range(H)]
+        return torch.stack(z, dim=1).view(B, r, H, -1).transpose(1, 2)
 
 
 @dataclass
@@ -103,7 +142,8 @@ class _Layer:
     live_in: Any  # residual columns held at the block's input (absolute)
     mid_at: Any  # mid's columns in live_in
     W_O: Any  # [H, dv, |o_at|]
-    b_O: Any
+    o_pick: Any  # one head whose W_O copies value dims (one 1 per column): the dim each column copies, else None
+    b_O: Any  # None where identically 0 (not added), likewise b_in and b_out
     o_at: Any  # the columns attention writes, in mid
     mlp_at: Any  # the MLP's input columns, in mid
     W_in: Any  # [|mlp_at|, units]
@@ -137,7 +177,12 @@ class ExactformerTorch(nn.Module):
     columns only the token embedding fills are computed once per token id and looked up by position
     (the same products and sums as at each position: the position adds exact zeros there) -- over
     the whole vocabulary, kept, where ``W_E`` takes at most 1/8 of the cache, else over the batch's
-    distinct ids.
+    distinct ids. Softmax rows of a query that reads token columns only against keys that depend on
+    the position alone (unmasked) are computed once per distinct query id of a call; value rows
+    that read token columns only are summed from their table with the weights of a block of few
+    query rows (``embedding_bag``); zero biases are not added, unit weights not multiplied; the
+    rest of a block runs over groups of :data:`ROW_GROUP` query rows. The float32 sampling
+    benchmark (docs/benchmarks.md) measures what these buy.
     """
 
     def __init__(self, model: CompiledModel, dtype, device=None, positions: str | None = None,
@@ -257,14 +302,23 @@ class ExactformerTorch(nn.Module):
                 mono = None
                 if W.shape[1] and W.shape[2] and int(nz.sum(dim=1).max()) <= 1:
                     first = nz.to(torch.int8).argmax(dim=1)  # [H, dims]: the row of each column's nonzero
-                    mono = (first, torch.gather(W, 1, first[:, None, :])[:, 0])
-                return _Proj(at(rows, held) if src == "input" and li else idx(rows), W, b, src, mono)
+                    weight = torch.gather(W, 1, first[:, None, :])[:, 0]
+                    mono = (first, None if bool(torch.all(weight == 1)) else weight)  # x 1 = x exactly
+                return _Proj(at(rows, held) if src == "input" and li else idx(rows), W, b, src, mono,
+                             not bool(torch.any(b != 0)))
 
             a, m = self.blocks[li].attn, self.blocks[li].mlp
+            nonzero = lambda b: b if bool(torch.any(b != 0)) else None  # noqa: E731  a zero bias is not added
+            W_O = a.W_O[:, idx(vd)][:, :, idx(o_cols & mid)]
+            pick = None
+            if W_O.shape[0] == 1 and W_O.shape[1] and bool(torch.all((W_O[0] != 0).sum(dim=0) == 1)) \
+                    and bool(torch.all((W_O[0] == 0) | (W_O[0] == 1))):
+                pick = (W_O[0] != 0).to(torch.int8).argmax(dim=0)
             layers.insert(0, _Layer(self.causal[li], proj(pq), proj(pk), proj(pv), idx(live_in), at(mid, live_in),
-                                    a.W_O[:, idx(vd)][:, :, idx(o_cols & mid)], a.b_O[idx(o_cols & mid)], at(o_cols, mid),
-                                    at(mlp_rows, mid), m.W_in[idx(mlp_rows)][:, idx(units)], m.b_in[idx(units)],
-                                    m.W_out[idx(units)][:, idx(out_cols & out)], m.b_out[idx(out_cols & out)],
+                                    W_O, pick, nonzero(a.b_O[idx(o_cols & mid)]),
+                                    at(o_cols, mid), at(mlp_rows, mid), m.W_in[idx(mlp_rows)][:, idx(units)],
+                                    nonzero(m.b_in[idx(units)]), m.W_out[idx(units)][:, idx(out_cols & out)],
+                                    nonzero(m.b_out[idx(out_cols & out)]),
                                     at(out, mid), at(out_cols, out)))
             need = live_in
         return layers, U.W_U[idx(u_rows)]  # the last block holds exactly the unembedding's rows at its output
@@ -352,18 +406,31 @@ class ExactformerTorch(nn.Module):
                 self._keep(key, out, out.numel() * out.element_size())
             return out
         if p.source == "token":  # x W + b for each token id (of the vocabulary, kept; or of the batch), looked up
-            key = ("token", li, id(p))
-            table = self._cache.get(key) if ctx["vocabulary"] else None
-            if table is None:
-                table = self._affine_block(ctx["E"].index_select(1, p.rows)[None], p)[0].transpose(0, 1)  # [U, H, dims]
-                if ctx["vocabulary"]:
-                    self._keep(key, table, table.numel() * table.element_size())
+            table = self._token_table(ctx, li, p)
             ids = ctx["inv"][:, at]  # index_select: a plain gather (advanced indexing took 4x as long at T = 4097)
             return table.reshape(table.shape[0], -1).index_select(0, ids.reshape(-1)) \
                 .view(ids.shape + table.shape[1:]).transpose(1, 2)
         if li == 0:
             return self._affine(lambda s: self._embedded(ctx, s, p.rows), p, at)
         return self._affine(lambda s: x[:, s].index_select(-1, p.rows), p, at)
+
+    def _token_table(self, ctx: dict, li: int, p: _Proj) -> Any:
+        """x W + b of a projection that reads token columns only, for each token id of ``ctx["E"]``
+        (the vocabulary's, kept; or the batch's distinct ids): [U, H, dims]."""
+        key = ("token", li, id(p))
+        table = self._cache.get(key) if ctx["vocabulary"] else None
+        if table is None:
+            table = self._affine_block(ctx["E"].index_select(1, p.rows)[None], p)[0].transpose(0, 1)  # [U, H, dims]
+            if ctx["vocabulary"]:
+                self._keep(key, table, table.numel() * table.element_size())
+        return table
+
+    def _values(self, ctx: dict, li: int, p: _Proj, x: Any) -> Any:
+        """The value rows of layer ``li`` at every position: [B or 1, H, T, dv], or, where they read
+        token columns only, :class:`_TokenValues` (a table per token id, gathered where needed)."""
+        if p.source == "token" and self.unembed.W_U.dtype in (torch.float32, torch.float64):
+            return _TokenValues(self._token_table(ctx, li, p), ctx["inv"])
+        return self._project(ctx, li, p, slice(0, ctx["T"]), x)
 
     def _affine(self, read, p: _Proj, at: Any) -> Any:
         """einsum(x, W) + b over blocks of :data:`POSITION_CHUNK` positions (``read(slice)`` gives
@@ -381,26 +448,34 @@ class ExactformerTorch(nn.Module):
                 + p.b[None, :, None, :]
         if p.monomial is not None:  # one nonzero per column: the sum is that product, rounded once either way
             src, weight = p.monomial
-            return torch.stack([xr.index_select(-1, s) * w for s, w in zip(src, weight)], dim=1) + p.b[None, :, None, :]
-        return torch.einsum("btd,hde->bhte", xr, p.W) + p.b[None, :, None, :]
+            out = torch.stack([xr.index_select(-1, s) if weight is None else xr.index_select(-1, s) * w
+                               for s, w in zip(src, src if weight is None else weight)], dim=1)
+        else:
+            out = torch.einsum("btd,hde->bhte", xr, p.W)
+        return out if p.zero_bias else out + p.b[None, :, None, :]
 
     # ---- attention -------------------------------------------------------------------------
-    def _attention(self, ctx: dict, li: int, L: _Layer, q: Any, k: Any, v: Any, qpos: np.ndarray) -> Any:
-        """z = softmax(q k^T (masked)) v over blocks of query rows: [B or 1, H, R, dv]. A causal
-        block reads the keys up to its last query only (the rest are masked: weight exactly 0)."""
+    def _attention(self, ctx: dict, li: int, L: _Layer, q: Any, k: Any, v: Any, qpos: np.ndarray) -> Iterator[tuple[int, Any]]:
+        """z = softmax(q k^T (masked)) v over blocks of query rows, yielded as ``(r0, z)`` for the
+        rows ``qpos[r0 : r0 + z.shape[2]]`` (z: [B or 1, H, rows, dv]) in groups of at least
+        :data:`ROW_GROUP` rows. A causal block reads the keys up to its last query only (the rest are
+        masked: weight exactly 0)."""
         T, B = ctx["T"], ctx["B"]
         H, R = q.shape[1], q.shape[2]
         rows = self.query_chunk or max(1, SCORE_BLOCK // (max(q.shape[0], k.shape[0]) * H * T))
         shared = L.q.source == L.k.source == "position"  # rows that are the same for every input
+        # rows that are the same for every occurrence of the query's token id (no mask: not its position)
+        per_token = L.q.source == "token" and L.k.source == "position" and not L.causal
         key = ("rows", li, T, qpos.tobytes(), rows)
         cached = self._cache.get(key) if shared else None
-        blocks, kept, size = [], [], 0
+        blocks, kept, size, group, g0 = 0, [], 0, [], 0
         for r0 in range(0, R, rows):
             qp = qpos[r0 : r0 + rows]
             end = int(qp[-1]) + 1 if L.causal else T
+            pattern = self._token_rows(ctx, li, L, k, ctx["inv"][:, qp]) if per_token else None
             if cached is not None:
-                pattern = cached[len(blocks)]
-            else:
+                pattern = cached[blocks]
+            elif pattern is None:
                 s = self._product(q[:, :, r0 : r0 + rows], k[:, :, :end].transpose(-1, -2))  # no 1/sqrt(d_head)
                 if L.causal:  # keys after a query get -inf; every key up to the block's first query is seen by all
                     lo = int(qp[0])
@@ -410,10 +485,27 @@ class ExactformerTorch(nn.Module):
                 if shared and kept is not None:
                     size += pattern.numel() * pattern.element_size()
                     kept = kept + [pattern] if size <= POSITION_CACHE_BYTES else None  # beyond: not kept
-            blocks.append(self._product(pattern, v[:, :, :end]))
+            blocks += 1
+            if isinstance(v, _TokenValues) and pattern.shape[0] == v.ids.shape[0] and pattern.shape[2] <= BAG_ROWS:
+                group.append(v.weighted(pattern))
+            else:
+                v = v.gathered() if isinstance(v, _TokenValues) else v
+                group.append(self._product(pattern, v[:, :, :end]))
+            if r0 + rows >= R or sum(z.shape[2] for z in group) >= ROW_GROUP:
+                yield g0, group[0] if len(group) == 1 else torch.cat(group, dim=2)
+                group, g0 = [], r0 + rows
         if shared and cached is None and kept is not None:
             self._keep(key, kept, size)
-        return blocks[0] if len(blocks) == 1 else torch.cat(blocks, dim=2)
+
+    def _token_rows(self, ctx: dict, li: int, L: _Layer, k: Any, ids: Any) -> Any:
+        """softmax(q k^T) for queries with token ids ``ids`` [B, r] (rows of ``ctx["E"]``), where the
+        query reads token columns only and the keys [1, H, T, d] the position alone, unmasked: a
+        row depends on the query's token id alone, so it is computed once per distinct id of the
+        call and looked up: [B, H, r, T]."""
+        uniq, inv = torch.unique(ids, return_inverse=True)
+        q = self._token_table(ctx, li, L.q).index_select(0, uniq).transpose(0, 1)  # [H, M, d]
+        rows = torch.softmax(q @ k[0].transpose(-1, -2), dim=-1).transpose(0, 1)  # [M, H, T], no 1/sqrt(d_head)
+        return rows.index_select(0, inv.reshape(-1)).view(ids.shape + rows.shape[1:]).transpose(1, 2)
 
     @staticmethod
     def _product(a: Any, b: Any) -> Any:
@@ -483,18 +575,57 @@ class ExactformerTorch(nn.Module):
             at = every if qpos.size == T else qpos
             q = self._project(ctx, li, L.q, at, x)
             k = self._project(ctx, li, L.k, every, x)
-            v = self._project(ctx, li, L.v, every, x)
-            z = self._attention(ctx, li, L, q, k, v, qpos)  # [B or 1, H, R, dv]
-            if li == 0:
-                mid = self._embedded(ctx, at, L.live_in)  # the first block's live_in is its mid
-            else:
-                mid = (x if qpos.size == T else x[:, at]).index_select(-1, L.mid_at)
-            # HookedTransformer's order of operations: attn_out = z W_O + b_O; resid_mid = resid_pre + attn_out
-            attn_out = torch.einsum("bhte,hed->btd", z, L.W_O) + L.b_O
-            mid = mid.index_add(-1, L.o_at, attn_out.expand(mid.shape[0], -1, -1))  # resid_pre + attn_out, one add
-            mlp_out = torch.relu(mid.index_select(-1, L.mlp_at) @ L.W_in + L.b_in) @ L.W_out + L.b_out
-            x = mid.index_select(-1, L.out_from_mid).index_add(-1, L.out_at, mlp_out.expand(mid.shape[0], -1, -1))
+            v = self._values(ctx, li, L.v, x)
+            parts = []  # the rest of the block, over the query rows of each group of attention rows (in cache)
+            for r0, z in self._attention(ctx, li, L, q, k, v, qpos):  # z: [B or 1, H, rows, dv]
+                r1 = r0 + z.shape[2]
+                rows = slice(int(qpos[r0]), int(qpos[r0]) + r1 - r0) if qpos.size == T else qpos[r0:r1]
+                parts.append(self._block_out(ctx, L, x if li else None, rows, z))
+            x = parts[0] if len(parts) == 1 else torch.cat(parts, dim=1)
         return x @ W_U + self.unembed.b_U
+
+    def _block_out(self, ctx: dict, L: _Layer, x: Any, rows: Any, z: Any) -> Any:
+        """The block's output (its live_out columns) at positions ``rows`` (a slice or an array)
+        from its attention's z there [B or 1, H, rows, dv] and its input ``x`` (None: the embedding)."""
+        if x is None:
+            mid = self._embedded(ctx, rows, L.live_in)  # the first block's live_in is its mid
+        else:
+            mid = x[:, rows].index_select(-1, L.mid_at)
+        # HookedTransformer's order of operations: attn_out = z W_O + b_O; resid_mid = resid_pre + attn_out
+        zW = torch.einsum("bhte,hed->btd", z, L.W_O) if L.o_pick is None else z[:, 0].index_select(-1, L.o_pick)
+        attn_out = _plus(zW, L.b_O)  # a copied dim is the sum z W_O: its other products are exact zeros
+        mid = mid.index_add(-1, L.o_at, attn_out.expand(mid.shape[0], -1, -1))  # resid_pre + attn_out, one add
+        mlp_out = _plus(torch.relu(_plus(mid.index_select(-1, L.mlp_at) @ L.W_in, L.b_in)) @ L.W_out, L.b_out)
+        return mid.index_select(-1, L.out_from_mid).index_add(-1, L.out_at, mlp_out.expand(mid.shape[0], -1, -1))
+
+    def dense_forward(self, tokens, vectors=None) -> tuple[Any, list[Any]]:
+        """HookedTransformer's forward pass, dense, from the module's buffers as they are now:
+        every product and bias at every position, nothing left out, kept or looked up (the plain
+        recipe of docs/exports.md; O(T^2) memory, for small inputs). Returns the logits
+        [B, T, d_vocab_out] and each layer's softmax weights [B, H, T, T] -- the reference the
+        module's shortcuts are tested against, and what the attention figures show."""
+        ref = self.unembed.W_U
+        tokens = torch.as_tensor(tokens, device=ref.device)
+        tokens = tokens[None] if tokens.dim() == 1 else tokens
+        B, T = tokens.shape
+        rows = lambda emb, ids: torch.as_tensor(embedding_rows_float(emb, ids), dtype=ref.dtype, device=ref.device)  # noqa: E731
+        x = rows(self.exact_model.embed, tokens.reshape(-1).cpu().numpy()).reshape(B, T, -1) \
+            + rows(self.exact_model.pos_embed, np.arange(T))[None]
+        if vectors is not None:
+            vi = self.exact_model.vector_input
+            x[..., vi.col : vi.col + vi.width] += torch.as_tensor(vectors, dtype=ref.dtype, device=ref.device)
+        patterns = []
+        for blk, causal in zip(self.blocks, self.causal):
+            a, m = blk.attn, blk.mlp
+            q, k, v = (torch.einsum("btd,hde->bhte", x, W) + b[:, None] for W, b in
+                       ((a.W_Q, a.b_Q), (a.W_K, a.b_K), (a.W_V, a.b_V)))
+            s = q @ k.transpose(-1, -2)
+            if causal:
+                s = s.masked_fill(torch.ones(T, T, dtype=torch.bool, device=s.device).triu(1), float("-inf"))
+            patterns.append(s.softmax(-1))
+            x = x + torch.einsum("bhte,hed->btd", patterns[-1] @ v, a.W_O) + a.b_O
+            x = x + torch.relu(x @ m.W_in + m.b_in) @ m.W_out + m.b_out
+        return x @ ref + self.unembed.b_U, patterns
 
     def decode(self, logits) -> list[Any]:
         """Answers for logits [B, A, d_vocab_out] (the last of the returned positions; ties -> lowest index)."""

@@ -209,33 +209,14 @@ def exact_attention(model, tokens: np.ndarray, fmt: Format | None = None) -> tup
 
 def float_attention(model, tokens: np.ndarray) -> list[np.ndarray]:
     """Softmax weights of every layer, ``[B, H, T, T]`` float64, of the float export
-    ``to_torch(model)`` (read by a ``TorchFunctionMode`` that records each softmax call of one
-    forward pass of a fresh module computing every position in one block of query rows per layer;
-    rows that depend on the position alone are computed once for the batch and repeated here)."""
+    ``to_torch(model)``: its dense forward pass (``dense_forward``, every position)."""
     import torch
-    from torch.overrides import TorchFunctionMode
 
     from exactformer.constructions.export import to_torch
 
-    class Recorder(TorchFunctionMode):
-        def __init__(self) -> None:
-            super().__init__()
-            self.weights: list[np.ndarray] = []
-
-        def __torch_function__(self, func, types, args=(), kwargs=None):
-            out = func(*args, **(kwargs or {}))
-            if getattr(func, "__name__", "") == "softmax":
-                self.weights.append(out.detach().cpu().numpy())
-            return out
-
-    tokens = np.asarray(tokens)
-    module = to_torch(model, positions="all", query_chunk=tokens.shape[-1])
-    rec = Recorder()
-    with torch.no_grad(), rec:
-        module(torch.as_tensor(tokens, dtype=torch.long))
-    if len(rec.weights) != model.n_layers:
-        raise RuntimeError(f"recorded {len(rec.weights)} softmax calls for {model.n_layers} layers")
-    return [np.broadcast_to(w, (len(tokens),) + w.shape[1:]) for w in rec.weights]
+    with torch.no_grad():
+        _, patterns = to_torch(model).dense_forward(np.asarray(tokens, dtype=np.int64))
+    return [w.cpu().numpy() for w in patterns]
 
 
 @dataclass(frozen=True)
