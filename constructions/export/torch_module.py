@@ -448,8 +448,8 @@ class ExactformerTorch(nn.Module):
                 + p.b[None, :, None, :]
         if p.monomial is not None:  # one nonzero per column: the sum is that product, rounded once either way
             src, weight = p.monomial
-            out = torch.stack([xr.index_select(-1, s) if weight is None else xr.index_select(-1, s) * w
-                               for s, w in zip(src, src if weight is None else weight)], dim=1)
+            cols = [xr.index_select(-1, s) for s in src]
+            out = torch.stack(cols if weight is None else [c * w for c, w in zip(cols, weight)], dim=1)
         else:
             out = torch.einsum("btd,hde->bhte", xr, p.W)
         return out if p.zero_bias else out + p.b[None, :, None, :]
@@ -472,10 +472,11 @@ class ExactformerTorch(nn.Module):
         for r0 in range(0, R, rows):
             qp = qpos[r0 : r0 + rows]
             end = int(qp[-1]) + 1 if L.causal else T
-            pattern = self._token_rows(ctx, li, L, k, ctx["inv"][:, qp]) if per_token else None
             if cached is not None:
                 pattern = cached[blocks]
-            elif pattern is None:
+            elif per_token:
+                pattern = self._token_rows(ctx, li, L, k, ctx["inv"][:, qp])
+            else:
                 s = self._product(q[:, :, r0 : r0 + rows], k[:, :, :end].transpose(-1, -2))  # no 1/sqrt(d_head)
                 if L.causal:  # keys after a query get -inf; every key up to the block's first query is seen by all
                     lo = int(qp[0])
@@ -491,7 +492,7 @@ class ExactformerTorch(nn.Module):
             else:
                 v = v.gathered() if isinstance(v, _TokenValues) else v
                 group.append(self._product(pattern, v[:, :, :end]))
-            if r0 + rows >= R or sum(z.shape[2] for z in group) >= ROW_GROUP:
+            if r0 + rows >= min(R, g0 + ROW_GROUP):
                 yield g0, group[0] if len(group) == 1 else torch.cat(group, dim=2)
                 group, g0 = [], r0 + rows
         if shared and cached is None and kept is not None:
